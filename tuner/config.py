@@ -1,0 +1,454 @@
+"""The sweep file: schema, defaults (all here, in one place) and validation.
+
+Everything is checked when the file loads, before Ray starts: unknown keys (with a
+did-you-mean), types, ranges, names from the registries, and combinations that
+cannot work. Errors read ``file:line: field.path: what is wrong, but got value``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from tuner import spaces
+from tuner.errors import ConfigError
+from tuner.yamlio import LoadedYaml, load_yaml
+
+EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
+METRICS = {"val_accuracy": "max", "val_loss": "min", "train_loss": "min"}
+
+
+class Strict(BaseModel):
+    """Base for every section: unknown keys are errors with a did-you-mean."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            valid = sorted(cls.model_fields)
+            for key in data:
+                if key not in cls.model_fields:
+                    close = difflib.get_close_matches(str(key), valid, n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    raise PydanticCustomError(
+                        "unknown_key",
+                        "unknown key {key!r}{hint} (valid keys: {valid})",
+                        {"key": key, "hint": hint, "valid": ", ".join(valid)},
+                    )
+        return data
+
+
+# --- data -----------------------------------------------------------------------------
+class DataConfig(Strict):
+    dataset: Literal["mnist", "fashion_mnist", "cifar10"] = "mnist"
+    root: str | None = None  # None: $TUNER_DATA_DIR, else ./data
+    val_fraction: float = Field(0.1, gt=0, lt=1)  # held out of the training set
+    train_subset: int | None = Field(None, ge=100)  # use N training images (seeded)
+    download: bool = True  # with torchvision, when the files are missing
+
+
+# --- models ---------------------------------------------------------------------------
+class CnnConfig(Strict):
+    """The classic MNIST CNN: two 3x3 convs, max-pool, dropout, two linear layers."""
+
+    name: Literal["cnn"] = "cnn"
+    conv1: int = Field(16, ge=1, le=1024)  # channels of the first conv
+    conv2: int = Field(32, ge=1, le=1024)  # channels of the second conv
+    hidden: int = Field(128, ge=1, le=8192)  # width of the first linear layer
+    dropout: float = Field(0.25, ge=0, lt=1)  # after the pool
+    fc_dropout: float = Field(0.5, ge=0, lt=1)  # after the first linear layer
+
+
+class ResNetConfig(Strict):
+    """torchvision ResNet with a 3x3 stride-1 stem and no max-pool, for 28/32 px inputs."""
+
+    name: Literal["resnet18", "resnet34"]
+    zero_init_residual: bool = False
+
+
+ModelConfig = Annotated[Union[CnnConfig, ResNetConfig], Field(discriminator="name")]
+
+
+# --- training defaults (any of these may be searched) ---------------------------------
+class TrainConfig(Strict):
+    epochs: int = Field(3, ge=1, le=10_000)  # max epochs per trial (schedulers' max_t)
+    batch_size: int = Field(128, ge=1, le=65_536)  # per worker
+    lr: float = Field(1e-3, gt=0, le=10)
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    momentum: float = Field(0.9, ge=0, lt=1)  # sgd only
+    weight_decay: float = Field(0.0, ge=0, lt=1)
+    lr_schedule: Literal["constant", "cosine", "step"] = "constant"
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
+    amp: bool = True  # mixed precision on GPU (bf16 where supported); no effect on CPU
+
+
+# --- search space ---------------------------------------------------------------------
+class SpaceConfig(Strict):
+    use: str | None = None  # a registry name: search_spaces/<use>.yaml
+    params: dict[str, Any] = Field(default_factory=dict)  # inline; override `use`
+
+    @field_validator("use")
+    @classmethod
+    def _known_space(cls, name: str | None) -> str | None:
+        if name is not None and name not in spaces.registry_names():
+            raise PydanticCustomError(
+                "unknown_space",
+                "no search space named {name!r}; choose one of: {valid}",
+                {"name": name, "valid": ", ".join(spaces.registry_names())},
+            )
+        return name
+
+
+# --- searchers (tuner/searchers.py builds them) ----------------------------------------
+class RandomSearcher(Strict):
+    name: Literal["random"] = "random"
+
+
+class GridSearcher(Strict):
+    name: Literal["grid"]
+
+
+class OptunaSearcher(Strict):
+    name: Literal["optuna"]
+    n_startup_trials: int = Field(4, ge=0)  # random trials before TPE takes over
+
+
+class HyperOptSearcher(Strict):
+    name: Literal["hyperopt"]
+    n_initial_points: int = Field(4, ge=0)  # random trials before TPE takes over
+
+
+class BohbSearcher(Strict):
+    name: Literal["bohb"]
+
+
+SearcherConfig = Annotated[
+    Union[RandomSearcher, GridSearcher, OptunaSearcher, HyperOptSearcher, BohbSearcher],
+    Field(discriminator="name"),
+]
+
+
+# --- schedulers (tuner/schedulers.py builds them); max_t is train.epochs ---------------
+class FifoScheduler(Strict):
+    name: Literal["fifo"] = "fifo"
+
+
+class AshaScheduler(Strict):
+    """Asynchronous successive halving (Li et al., 2018)."""
+
+    name: Literal["asha"]
+    grace_period: int = Field(1, ge=1)  # epochs before a trial can be stopped
+    reduction_factor: float = Field(2, gt=1)
+    brackets: int = Field(1, ge=1)
+
+
+class HyperBandScheduler(Strict):
+    """Synchronous HyperBand (Li et al., 2017); pauses and resumes trials."""
+
+    name: Literal["hyperband"]
+    reduction_factor: float = Field(3, gt=1)
+
+
+class MedianScheduler(Strict):
+    """Median stopping rule (Golovin et al., 2017)."""
+
+    name: Literal["median"]
+    grace_period: int = Field(1, ge=1)
+    min_samples_required: int = Field(3, ge=1)
+
+
+class PbtScheduler(Strict):
+    """Population based training (Jaderberg et al., 2017)."""
+
+    name: Literal["pbt"]
+    perturbation_interval: int = Field(1, ge=1)  # epochs between exploit/explore
+    quantile_fraction: float = Field(0.25, gt=0, le=0.5)
+    resample_probability: float = Field(0.25, ge=0, le=1)
+    mutations: dict[str, Any] | None = None  # default: every non-constant space param
+
+
+class BohbScheduler(Strict):
+    """HyperBand for BOHB (Falkner et al., 2018); needs the bohb searcher."""
+
+    name: Literal["bohb"]
+    reduction_factor: float = Field(3, gt=1)
+
+
+SchedulerConfig = Annotated[
+    Union[FifoScheduler, AshaScheduler, HyperBandScheduler, MedianScheduler, PbtScheduler, BohbScheduler],
+    Field(discriminator="name"),
+]
+
+
+# --- trials, scaling, checkpoints -------------------------------------------------------
+class TrialsConfig(Strict):
+    num_samples: int = Field(4, ge=1)  # trials (per grid point, with grid values)
+    max_concurrent: int | None = Field(None, ge=1)  # None: as many as resources allow
+    time_budget_s: float | None = Field(None, gt=0)  # stop starting trials after this
+    max_failures: int = Field(0, ge=0)  # retries per trial, from its last checkpoint
+
+
+class ScalingConfig(Strict):
+    workers: int = Field(1, ge=1, le=4096)  # Ray Train workers per trial (DDP)
+    use_gpu: Literal["auto"] | bool = "auto"  # auto: GPUs if the cluster has any
+    cpus_per_worker: float = Field(1.0, gt=0)
+    gpus_per_worker: float = Field(1.0, gt=0, le=8)  # fractions let trials share a GPU
+
+
+class CheckpointConfig(Strict):
+    keep: int = Field(2, ge=1)  # per trial, the best by the sweep metric
+
+
+class SweepConfig(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    metric: Literal["val_accuracy", "val_loss", "train_loss"] = "val_accuracy"
+    mode: Literal["max", "min"] | None = None  # None: the metric's natural direction
+    seed: int = 0
+    output_dir: str = "runs"  # the sweep writes to <output_dir>/<name>/
+    data: DataConfig = DataConfig()
+    model: ModelConfig = CnnConfig()
+    train: TrainConfig = TrainConfig()
+    space: SpaceConfig = SpaceConfig()
+    searcher: SearcherConfig = RandomSearcher()
+    scheduler: SchedulerConfig = FifoScheduler()
+    trials: TrialsConfig = TrialsConfig()
+    scaling: ScalingConfig = ScalingConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepConfig:
+        if self.mode is None:
+            object.__setattr__(self, "mode", METRICS[self.metric])
+        _check_space(self)
+        _check_pairs(self)
+        return self
+
+    def param_specs(self) -> dict[str, spaces.ParamSpec]:
+        """The resolved search space: registry space, then inline params over it."""
+        specs = spaces.load_registry_space(self.space.use) if self.space.use else {}
+        specs.update({k: spaces.parse_param(v) for k, v in self.space.params.items()})
+        return specs
+
+    @property
+    def max_epochs(self) -> int:
+        return self.train.epochs
+
+
+def searchable_params(model: BaseModel) -> dict[str, type[BaseModel]]:
+    """Hyperparameter name -> the section that defines it."""
+    names = {n: TrainConfig for n in TrainConfig.model_fields if n != "epochs"}
+    names.update({n: type(model) for n in type(model).model_fields if n != "name"})
+    return names
+
+
+def _fail(message: str, **ctx: Any) -> PydanticCustomError:
+    return PydanticCustomError("sweep_check", message, ctx)
+
+
+def _check_space(cfg: SweepConfig) -> None:
+    try:
+        specs = cfg.param_specs()
+    except ConfigError:
+        raise
+    except ValueError as error:
+        raise _fail("space.params: {error}", error=str(error)) from None
+    allowed = searchable_params(cfg.model)
+    mutations = {}
+    if isinstance(cfg.scheduler, PbtScheduler) and cfg.scheduler.mutations:
+        try:
+            mutations = {k: spaces.parse_param(v) for k, v in cfg.scheduler.mutations.items()}
+        except ValueError as error:
+            raise _fail("scheduler.mutations: {error}", error=str(error)) from None
+    for origin, params in (("space.params", specs), ("scheduler.mutations", mutations)):
+        for name, spec in params.items():
+            if name not in allowed:
+                close = difflib.get_close_matches(name, sorted(allowed), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise _fail(
+                    "{where}.{name}: not a hyperparameter of model {model!r}{hint} (searchable: {valid})",
+                    where=origin, name=name, model=cfg.model.name, hint=hint, valid=", ".join(sorted(allowed)),
+                )
+            section = allowed[name]
+            for value in spec.representative_values():
+                try:
+                    section.model_validate({name: value} if section is TrainConfig else {"name": cfg.model.name, name: value})
+                except ValidationError as error:
+                    reason = error.errors()[0]["msg"]
+                    raise _fail(
+                        "{where}.{name}: value {value!r} is invalid ({reason})",
+                        where=origin, name=name, value=value, reason=reason,
+                    ) from None
+
+
+def _check_pairs(cfg: SweepConfig) -> None:
+    searcher, scheduler = cfg.searcher.name, cfg.scheduler.name
+    specs = cfg.param_specs()
+    kinds = {spec.kind for spec in specs.values()}
+    if (searcher == "bohb") != (scheduler == "bohb"):
+        raise _fail(
+            "searcher.name / scheduler.name: bohb searcher and bohb scheduler go together, "
+            "but got searcher {searcher!r} with scheduler {scheduler!r}",
+            searcher=searcher, scheduler=scheduler,
+        )
+    if "grid" in kinds and searcher not in ("random", "grid"):
+        raise _fail(
+            "space.params: grid values need the random or grid searcher, but got searcher {searcher!r} "
+            "(use choice instead)", searcher=searcher,
+        )
+    if searcher == "grid" and "grid" not in kinds:
+        raise _fail("searcher.name: 'grid' needs at least one {{grid: [...]}} parameter in the space")
+    if searcher == "bohb" and any(spec.is_quantized for spec in specs.values()):
+        raise _fail("space.params: bohb drops quantization; use choice instead of quniform/qloguniform")
+    if scheduler == "pbt" and searcher != "random":
+        raise _fail("searcher.name: pbt explores by itself and takes the random searcher, but got {searcher!r}", searcher=searcher)
+    if scheduler == "pbt" and not (cfg.scheduler.mutations or any(s.kind != "constant" for s in specs.values())):
+        raise _fail("scheduler.mutations: pbt needs something to mutate: give mutations or a non-constant space")
+    grace = getattr(cfg.scheduler, "grace_period", None)
+    if grace is not None and grace > cfg.train.epochs:
+        raise _fail(
+            "scheduler.grace_period: must be <= train.epochs ({epochs}), but got {grace}",
+            epochs=cfg.train.epochs, grace=grace,
+        )
+    if scheduler != "fifo" and cfg.train.epochs < 2 and scheduler != "median":
+        raise _fail("train.epochs: scheduler {scheduler!r} needs at least 2 epochs to act, but got 1", scheduler=scheduler)
+    if cfg.mode != METRICS[cfg.metric]:
+        raise _fail("mode: {metric} is best at {natural}, but got mode={mode!r}", metric=cfg.metric, natural=METRICS[cfg.metric], mode=cfg.mode)
+
+
+# --- loading ------------------------------------------------------------------------------
+def resolve_sweep_path(name_or_path: str) -> Path:
+    """A path as given, or a bare name looked up in ``experiments/`` (``.yaml`` optional)."""
+    path = Path(name_or_path)
+    if path.exists() or path.parent != Path("."):
+        return path
+    for candidate in (EXPERIMENTS_DIR / name_or_path, EXPERIMENTS_DIR / f"{name_or_path}.yaml"):
+        if candidate.is_file():
+            return candidate
+    return path
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], *, file: str) -> dict[str, Any]:
+    """``--set a.b=value`` overrides; the value is parsed as YAML (``1e-3``, ``[1, 2]``)."""
+    import yaml
+
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
+            raise ConfigError(f"--set {item!r}: expected key.path=value")
+        node = data
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {part} is not a section", file=file)
+        node[last] = yaml.safe_load(raw)
+    return data
+
+
+SMOKE_OVERRIDES = [
+    "data.train_subset=2000",
+    "train.epochs=2",
+    "trials.num_samples=2",
+    "trials.time_budget_s=null",
+]
+
+
+def load_sweep(name_or_path: str, overrides: list[str] | None = None, *, smoke: bool = False) -> SweepConfig:
+    """Read, override and validate a sweep file. Raises ConfigError, never starts Ray."""
+    path = resolve_sweep_path(name_or_path)
+    loaded = load_yaml(path, display_name=str(path))
+    if not isinstance(loaded.data, dict):
+        raise ConfigError(
+            f"a sweep file is a mapping of sections, but got {type(loaded.data).__name__}",
+            file=loaded.file, line=1,
+        )
+    data = dict(loaded.data)
+    data.setdefault("name", path.stem)
+    if smoke:
+        data = apply_overrides(data, SMOKE_OVERRIDES, file=loaded.file)
+        _smoke_fit(data)
+    data = apply_overrides(data, overrides or [], file=loaded.file)
+    return validate(data, loaded)
+
+
+def _smoke_fit(data: dict[str, Any]) -> None:
+    """Keep a smoke run valid: a grace period cannot exceed the 2 smoke epochs."""
+    scheduler = data.get("scheduler")
+    if isinstance(scheduler, dict) and isinstance(scheduler.get("grace_period"), int):
+        scheduler["grace_period"] = min(scheduler["grace_period"], 1)
+
+
+def validate(data: dict[str, Any], loaded: LoadedYaml) -> SweepConfig:
+    try:
+        return SweepConfig.model_validate(data)
+    except ValidationError as error:
+        raise _to_config_error(error, data, loaded) from None
+
+
+def _to_config_error(error: ValidationError, data: Any, loaded: LoadedYaml) -> ConfigError:
+    first = error.errors()[0]
+    path = _data_path(data, first["loc"])
+    kind, ctx = first["type"], first.get("ctx", {})
+    if kind == "unknown_key":
+        path = (*path, ctx["key"])
+        message = first["msg"]
+    elif kind == "union_tag_invalid":
+        section = path[-1] if path else "value"
+        valid = ctx.get("expected_tags", "").replace("'", "")
+        message = f"unknown {section} {ctx.get('tag')!r}; choose one of: {valid}"
+        path = (*path, "name")
+    elif kind == "value_error" and isinstance(ctx.get("error"), ConfigError):
+        return ctx["error"]
+    elif kind == "sweep_check":
+        return ConfigError(first["msg"], file=loaded.file, line=_line_of_message(first["msg"], loaded))
+    elif kind == "missing":
+        message = "required, but missing"
+    else:
+        message = f"{_lower_first(first['msg'])}, but got {first.get('input')!r}"
+    dotted = ".".join(str(p) for p in path) or "(top level)"
+    return ConfigError(f"{dotted}: {message}", file=loaded.file, line=loaded.line_of(path))
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+def _data_path(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Pydantic's error location without union tags: the path into the YAML data."""
+    path: list[Any] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+            path.append(part)
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+            path.append(part)
+        elif isinstance(part, str) and (isinstance(node, dict) and node.get("name") == part or part.startswith("function-")):
+            continue  # a discriminator tag or validator frame, not a key
+        else:
+            path.append(part)
+            node = None
+    return tuple(path)
+
+
+def _line_of_message(message: str, loaded: LoadedYaml) -> int | None:
+    """The line of the field path a cross-field message starts with (``a.b.c: ...``)."""
+    head = message.split(":", 1)[0].split(" / ")[0].strip()
+    if not re.fullmatch(r"[\w.]+", head):
+        return None
+    return loaded.line_of(tuple(head.split(".")))
