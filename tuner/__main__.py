@@ -1,0 +1,5 @@
+"""``python -m tuner``: the command line lives in tuner/cli.py."""
+
+from tuner.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,189 @@
+"""Data sets as uint8 tensors: read once, split once, normalised per batch on the worker.
+
+MNIST and Fashion-MNIST are read straight from torchvision's folder layout
+(``<root>/MNIST/raw/*-ubyte[.gz]``), CIFAR-10 from ``<root>/cifar-10-batches-py``.
+Missing files are downloaded with torchvision where the network allows.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tuner.errors import TunerError
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    folder: str  # torchvision's folder name under the root
+    torchvision_class: str
+    channels: int
+    size: int
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+DATASETS = {
+    "mnist": DatasetInfo("MNIST", "MNIST", 1, 28, 10, (0.1307,), (0.3081,)),
+    "fashion_mnist": DatasetInfo("FashionMNIST", "FashionMNIST", 1, 28, 10, (0.2860,), (0.3530,)),
+    "cifar10": DatasetInfo(
+        "cifar-10-batches-py", "CIFAR10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+    ),
+}
+IDX_FILES = {True: ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"), False: ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+
+
+@dataclass
+class Split:
+    """Images ``[N, C, H, W]`` uint8 and labels ``[N]`` int64, as numpy (zero-copy in Ray)."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def take(self, indices: np.ndarray) -> Split:
+        return Split(np.ascontiguousarray(self.images[indices]), np.ascontiguousarray(self.labels[indices]))
+
+
+@dataclass
+class TrainingData:
+    """What a trial trains on: train and validation splits plus normalisation."""
+
+    dataset: str
+    train: Split
+    val: Split
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    num_classes: int
+    channels: int
+    size: int
+
+
+def resolve_root(root: str | None) -> Path:
+    """``root`` if given, else ``$TUNER_DATA_DIR``, else ``./data``."""
+    return Path(root or os.environ.get("TUNER_DATA_DIR") or "data").expanduser().resolve()
+
+
+def _read_idx(stem: Path) -> np.ndarray:
+    """Read an IDX file (``stem`` or ``stem.gz``) into a numpy array."""
+    gz = stem.with_name(stem.name + ".gz")
+    opener = (lambda: gzip.open(gz, "rb")) if gz.is_file() else (lambda: open(stem, "rb"))
+    with opener() as handle:
+        raw = handle.read()
+    magic = int.from_bytes(raw[0:4], "big")
+    if magic >> 8 != 0x08:  # 0x08 = unsigned byte data
+        raise TunerError(f"{stem}: not an unsigned-byte IDX file (magic {magic:#x})")
+    ndim = magic & 0xFF
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def _files_present(name: str, root: Path) -> bool:
+    info = DATASETS[name]
+    if name == "cifar10":
+        return (root / info.folder / "test_batch").is_file()
+    raw = root / info.folder / "raw"
+    return all((raw / f).is_file() or (raw / f"{f}.gz").is_file() for pair in IDX_FILES.values() for f in pair)
+
+
+def _download(name: str, root: Path) -> None:
+    import torchvision.datasets
+
+    cls = getattr(torchvision.datasets, DATASETS[name].torchvision_class)
+    for train in (True, False):
+        cls(str(root), train=train, download=True)
+
+
+def _missing_error(name: str, root: Path, why: str) -> TunerError:
+    where = root / DATASETS[name].folder
+    return TunerError(
+        f"data set {name!r} not found in {where} ({why}); put torchvision's files there "
+        f"(e.g. {DATASETS[name].folder}/raw/*.gz), or point data.root / TUNER_DATA_DIR at a folder that has them"
+    )
+
+
+def ensure_available(name: str, root: Path, *, download: bool) -> None:
+    """Raise one clear TunerError if the files are missing and cannot be downloaded."""
+    if _files_present(name, root):
+        return
+    if not download:
+        raise _missing_error(name, root, "download is off")
+    try:
+        _download(name, root)
+    except Exception as error:  # noqa: BLE001 - any network/IO failure means "not available"
+        raise _missing_error(name, root, f"download failed: {type(error).__name__}") from None
+    if not _files_present(name, root):
+        raise _missing_error(name, root, "download left no files")
+
+
+@functools.lru_cache(maxsize=4)
+def load_split(name: str, root: Path, train: bool) -> Split:
+    """The full train or test split of a data set, read once per process."""
+    info = DATASETS[name]
+    if name == "cifar10":
+        return _read_cifar(root / info.folder, train)
+    raw = root / info.folder / "raw"
+    images_file, labels_file = IDX_FILES[train]
+    images = _read_idx(raw / images_file)
+    labels = _read_idx(raw / labels_file).astype(np.int64)
+    return Split(images.reshape(len(images), 1, info.size, info.size), labels)
+
+
+def _read_cifar(folder: Path, train: bool) -> Split:
+    names = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
+    images, labels = [], []
+    for batch_name in names:
+        with open(folder / batch_name, "rb") as handle:
+            batch = pickle.load(handle, encoding="latin1")
+        images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+        labels.append(np.asarray(batch["labels"], dtype=np.int64))
+    return Split(np.concatenate(images), np.concatenate(labels))
+
+
+def load_training_data(
+    name: str, root: str | None, *, val_fraction: float, train_subset: int | None, seed: int, download: bool = True
+) -> TrainingData:
+    """Train/validation split of the training set (seeded); the test set stays untouched."""
+    path = resolve_root(root)
+    ensure_available(name, path, download=download)
+    full = load_split(name, path, True)
+    order = np.random.default_rng(seed).permutation(len(full))
+    if train_subset is not None:
+        order = order[: min(train_subset, len(full))]
+    n_val = max(1, int(round(len(order) * val_fraction)))
+    info = DATASETS[name]
+    return TrainingData(
+        dataset=name,
+        train=full.take(np.sort(order[n_val:])),
+        val=full.take(np.sort(order[:n_val])),
+        mean=info.mean,
+        std=info.std,
+        num_classes=info.num_classes,
+        channels=info.channels,
+        size=info.size,
+    )
+
+
+def load_test_split(name: str, root: str | None, *, download: bool = True) -> Split:
+    path = resolve_root(root)
+    ensure_available(name, path, download=download)
+    return load_split(name, path, False)
+
+
+def normalise(images_uint8, mean: tuple[float, ...], std: tuple[float, ...]):
+    """uint8 ``[B, C, H, W]`` tensor -> float32, scaled to [0, 1] and standardised."""
+    import torch
+
+    x = images_uint8.to(torch.float32).div_(255.0)
+    m = torch.tensor(mean, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
+    return x.sub_(m).div_(s)

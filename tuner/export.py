@@ -1,0 +1,165 @@
+"""Export the best trial, at its best epoch, as a package loadable without Ray.
+
+``best/`` holds ``model.pt`` (state dict), ``config.yaml`` (everything needed to
+rebuild the model and its input normalisation) and ``metrics.json`` (validation
+metrics at the chosen epoch, test metrics computed here, trial id and epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from tuner.data import DATASETS, load_test_split, normalise
+from tuner.errors import TunerError
+from tuner.models import build_model
+
+MODEL_FILE, CONFIG_FILE, METRICS_FILE = "model.pt", "config.yaml", "metrics.json"
+
+
+@dataclass
+class ExportedModel:
+    """A model rebuilt from an export folder, ready to predict."""
+
+    model: torch.nn.Module
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+
+    @torch.no_grad()
+    def predict(self, images: np.ndarray | torch.Tensor, batch_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+        """Classes and confidences for uint8 images ``[N, C, H, W]`` (or ``[N, H, W]``)."""
+        data = self.config["data"]
+        images = torch.as_tensor(images)
+        if images.dim() == 3:
+            images = images.unsqueeze(1)
+        classes, confidences = [], []
+        self.model.eval()
+        for begin in range(0, len(images), batch_size):
+            x = normalise(images[begin : begin + batch_size], tuple(data["mean"]), tuple(data["std"]))
+            probabilities = self.model(x).softmax(dim=1)
+            confidence, predicted = probabilities.max(dim=1)
+            classes.append(predicted.numpy())
+            confidences.append(confidence.numpy())
+        return np.concatenate(classes), np.concatenate(confidences)
+
+
+def load_best(path: str | Path) -> ExportedModel:
+    """Rebuild an exported model (no Ray needed); weights load with ``weights_only=True``."""
+    folder = Path(path)
+    missing = [name for name in (MODEL_FILE, CONFIG_FILE, METRICS_FILE) if not (folder / name).is_file()]
+    if missing:
+        raise TunerError(f"{folder} is not an exported model folder (missing {', '.join(missing)})")
+    config = yaml.safe_load((folder / CONFIG_FILE).read_text())
+    data = config["data"]
+    model = build_model(
+        config["model"]["name"], in_channels=data["channels"], num_classes=data["num_classes"],
+        image_size=data["size"], options=config["model"]["options"],
+    )
+    model.load_state_dict(torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True))
+    model.eval()
+    return ExportedModel(model, config, json.loads((folder / METRICS_FILE).read_text()))
+
+
+def best_trial_checkpoint(results: Any, metric: str, mode: str) -> tuple[Any, Any, dict[str, Any]]:
+    """The best trial over every reported epoch, and its checkpoint at the best epoch."""
+    try:
+        best = results.get_best_result(metric=metric, mode=mode, scope="all")
+    except RuntimeError as error:
+        raise TunerError(f"no trial reported {metric!r}, nothing to export ({error})") from None
+    pick = max if mode == "max" else min
+    scored = [(c, m) for c, m in best.best_checkpoints if metric in m]
+    if not scored:
+        raise TunerError(f"trial {best.metrics.get('trial_id')} kept no checkpoint; nothing to export")
+    checkpoint, metrics = pick(scored, key=lambda pair: pair[1][metric])
+    return best, checkpoint, metrics
+
+
+def export_best(sweep: Any, paths: Any, results: Any) -> dict[str, Any]:
+    """Write ``best/`` for a finished sweep; returns its metrics.json content."""
+    from tuner.trial import TrialSetup, load_state, resolve_hyperparameters
+
+    best, checkpoint, val_metrics = best_trial_checkpoint(results, sweep.metric, sweep.mode)
+    setup = TrialSetup(
+        model_name=sweep.model.name, model_defaults=sweep.model.model_dump(exclude={"name"}),
+        train_defaults=sweep.train.model_dump(), workers=1, use_gpu=False, cpus_per_worker=1,
+        gpus_per_worker=0, train_dir="", seed=sweep.seed,
+    )
+    sampled = {k: _plain(v) for k, v in best.config.items()}
+    train, model_options = resolve_hyperparameters(setup, sampled)
+    info = DATASETS[sweep.data.dataset]
+    config = {
+        "sweep": sweep.name,
+        "trial_id": val_metrics["trial_id"],
+        "epoch": int(val_metrics["epoch"]),
+        "hyperparameters": sampled,
+        "model": {"name": sweep.model.name, "options": model_options},
+        "train": train,
+        "data": {
+            "dataset": sweep.data.dataset, "channels": info.channels, "size": info.size,
+            "num_classes": info.num_classes, "mean": list(info.mean), "std": list(info.std),
+        },
+        "metric": {"name": sweep.metric, "mode": sweep.mode},
+    }
+    state = load_state(checkpoint.path)
+    model = build_model(sweep.model.name, in_channels=info.channels, num_classes=info.num_classes,
+                        image_size=info.size, options=model_options)
+    model.load_state_dict(state["model"])
+    exported = ExportedModel(model, config, {})
+    test = load_test_split(sweep.data.dataset, sweep.data.root, download=sweep.data.download)
+    test_loss, test_accuracy = evaluate(exported, test.images, test.labels)
+    metrics = {
+        "trial_id": config["trial_id"],
+        "epoch": config["epoch"],
+        "val_accuracy": float(val_metrics["val_accuracy"]),
+        "val_loss": float(val_metrics["val_loss"]),
+        "train_loss": float(val_metrics["train_loss"]),
+        "test_accuracy": test_accuracy,
+        "test_loss": test_loss,
+        "test_images": int(len(test.labels)),
+        "checkpoint": str(checkpoint.path),
+    }
+    write_package(paths.best, model, config, metrics)
+    return metrics
+
+
+@torch.no_grad()
+def evaluate(exported: ExportedModel, images: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy on a labelled split."""
+    data = exported.config["data"]
+    exported.model.eval()
+    total_loss, correct = 0.0, 0
+    labels_t = torch.as_tensor(labels)
+    for begin in range(0, len(labels), 1000):
+        x = normalise(torch.from_numpy(np.array(images[begin : begin + 1000])), tuple(data["mean"]), tuple(data["std"]))
+        logits = exported.model(x)
+        y = labels_t[begin : begin + 1000]
+        total_loss += torch.nn.functional.cross_entropy(logits, y, reduction="sum").item()
+        correct += (logits.argmax(1) == y).sum().item()
+    return total_loss / len(labels), correct / len(labels)
+
+
+def write_package(folder: Path, model: torch.nn.Module, config: dict[str, Any], metrics: dict[str, Any]) -> None:
+    """Write the three files into a temporary folder, then swap it in: never half-written."""
+    staging = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    torch.save(model.state_dict(), staging / MODEL_FILE)
+    (staging / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+    (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
+    old = folder.with_name(folder.name + ".old")
+    if folder.exists():
+        folder.replace(old)
+    staging.replace(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (BOHB, HyperOpt) to Python values, for YAML and JSON."""
+    return value.item() if isinstance(value, np.generic) else value

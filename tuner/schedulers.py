@@ -1,0 +1,87 @@
+"""Scheduler factory: a registry from name to builder. ``max_t`` is ``train.epochs``.
+
+Every scheduler counts time in ``training_iteration`` (one per reported epoch), so
+budgets stay right across pause/resume: a restored trial continues its iteration count
+from the checkpoint Tune hands back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tuner import config as cfg
+from tuner import spaces
+
+TIME_ATTR = "training_iteration"
+
+
+def _fifo(sweep: cfg.SweepConfig) -> Any:
+    from ray.tune.schedulers import FIFOScheduler
+
+    return FIFOScheduler()
+
+
+def _asha(sweep: cfg.SweepConfig) -> Any:
+    from ray.tune.schedulers import ASHAScheduler
+
+    s = sweep.scheduler
+    return ASHAScheduler(
+        time_attr=TIME_ATTR, max_t=sweep.max_epochs, grace_period=s.grace_period,
+        reduction_factor=s.reduction_factor, brackets=s.brackets,
+    )
+
+
+def _hyperband(sweep: cfg.SweepConfig) -> Any:
+    from ray.tune.schedulers import HyperBandScheduler
+
+    return HyperBandScheduler(time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor)
+
+
+def _median(sweep: cfg.SweepConfig) -> Any:
+    from ray.tune.schedulers import MedianStoppingRule
+
+    s = sweep.scheduler
+    return MedianStoppingRule(
+        time_attr=TIME_ATTR, grace_period=s.grace_period, min_samples_required=s.min_samples_required
+    )
+
+
+def pbt_mutations(sweep: cfg.SweepConfig) -> dict[str, Any]:
+    """The configured mutations, else every non-constant parameter of the space."""
+    if sweep.scheduler.mutations:
+        specs = {k: spaces.parse_param(v) for k, v in sweep.scheduler.mutations.items()}
+    else:
+        specs = {k: s for k, s in sweep.param_specs().items() if s.kind not in ("constant", "grid")}
+    return spaces.to_param_space(specs)
+
+
+def _pbt(sweep: cfg.SweepConfig) -> Any:
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    s = sweep.scheduler
+    return PopulationBasedTraining(
+        time_attr=TIME_ATTR, perturbation_interval=s.perturbation_interval,
+        hyperparam_mutations=pbt_mutations(sweep), quantile_fraction=s.quantile_fraction,
+        resample_probability=s.resample_probability,
+    )
+
+
+def _bohb(sweep: cfg.SweepConfig) -> Any:
+    from ray.tune.schedulers import HyperBandForBOHB
+
+    return HyperBandForBOHB(time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor)
+
+
+SCHEDULERS: dict[str, Callable[[cfg.SweepConfig], Any]] = {
+    "fifo": _fifo,
+    "asha": _asha,
+    "hyperband": _hyperband,
+    "median": _median,
+    "pbt": _pbt,
+    "bohb": _bohb,
+}
+
+
+def build_scheduler(sweep: cfg.SweepConfig) -> Any:
+    """The Tune scheduler for a validated sweep (metric and mode come from TuneConfig)."""
+    return SCHEDULERS[sweep.scheduler.name](sweep)

@@ -1,0 +1,62 @@
+"""Searcher factory: a registry from name to builder.
+
+``random`` and ``grid`` are Tune's variant generator (grid values expand to every
+combination); the rest are model-based. Metric and mode reach them through TuneConfig.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tuner import config as cfg
+
+
+def _variant_generator(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
+    from ray.tune.search import BasicVariantGenerator
+
+    # Tune ignores TuneConfig.max_concurrent_trials for a generator passed in: set it here.
+    return BasicVariantGenerator(random_state=sweep.seed, max_concurrent=max_concurrent)
+
+
+def _optuna(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    sampler = optuna.samplers.TPESampler(seed=sweep.seed, n_startup_trials=sweep.searcher.n_startup_trials)
+    return OptunaSearch(sampler=sampler)
+
+
+def _hyperopt(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
+    from ray.tune.search.hyperopt import HyperOptSearch
+
+    return HyperOptSearch(n_initial_points=sweep.searcher.n_initial_points, random_state_seed=sweep.seed)
+
+
+def _bohb(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
+    try:
+        from ray.tune.search.bohb import TuneBOHB
+        import hpbandster  # noqa: F401
+        import ConfigSpace  # noqa: F401
+    except ImportError as error:
+        raise cfg.ConfigError(
+            f"searcher 'bohb' needs the optional packages hpbandster and ConfigSpace ({error}); "
+            "install them with: pip install 'tuner[bohb]'"
+        ) from None
+    return TuneBOHB(seed=sweep.seed)
+
+
+SEARCHERS: dict[str, Callable[[cfg.SweepConfig, int], Any]] = {
+    "random": _variant_generator,
+    "grid": _variant_generator,
+    "optuna": _optuna,
+    "hyperopt": _hyperopt,
+    "bohb": _bohb,
+}
+
+
+def build_searcher(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
+    """The Tune search algorithm for a validated sweep, running at most ``max_concurrent`` trials.
+
+    Model-based searchers are wrapped in a ConcurrencyLimiter by TuneConfig.
+    """
+    return SEARCHERS[sweep.searcher.name](sweep, max_concurrent)

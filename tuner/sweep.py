@@ -1,0 +1,207 @@
+"""Run a validated sweep: start (or join) Ray, build the Tune objects, fit, export.
+
+Everything a sweep writes lives under ``<output_dir>/<name>/``::
+
+    sweep.yaml   the resolved config        tune/   Tune state, one folder per trial
+    train/       Ray Train runs' storage    best/   the exported best model
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tuner.config import SweepConfig
+from tuner.errors import TunerError
+
+DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation: a trial driver needs no CPU of its own
+
+
+@dataclass(frozen=True)
+class SweepPaths:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "sweep.yaml"
+
+    @property
+    def tune(self) -> Path:
+        return self.root / "tune"
+
+    @property
+    def train(self) -> Path:
+        return self.root / "train"
+
+    @property
+    def best(self) -> Path:
+        return self.root / "best"
+
+
+def paths_for(sweep: SweepConfig) -> SweepPaths:
+    return SweepPaths(Path(sweep.output_dir).expanduser().resolve() / sweep.name)
+
+
+def start_ray(address: str | None, *, verbose: bool = False) -> bool:
+    """Join the cluster at ``address`` (or $RAY_ADDRESS), else start a local one.
+
+    Returns whether this process started Ray (and so must stop it). The dashboard
+    stays on, bound to 127.0.0.1: without it, stopped trials leak their CPUs.
+    """
+    import ray
+
+    if ray.is_initialized():  # a caller (tests, notebooks) owns the connection
+        return False
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    # One snapshot per checkpoint is what resume needs; Tune warns about it every epoch.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    address = address or os.environ.get("RAY_ADDRESS")
+    common = {"log_to_driver": verbose, "configure_logging": True, "logging_level": "INFO" if verbose else "WARNING"}
+    if address:
+        package_dir = str(Path(__file__).resolve().parent)
+        ray.init(address=address, runtime_env={"py_modules": [package_dir]}, **common)
+        return False
+    ray.init(include_dashboard=True, dashboard_host="127.0.0.1", **common)
+    return True
+
+
+def decide_gpu(sweep: SweepConfig, cluster: dict[str, float]) -> bool:
+    if sweep.scaling.use_gpu == "auto":
+        return cluster.get("GPU", 0) > 0
+    if sweep.scaling.use_gpu and cluster.get("GPU", 0) <= 0:
+        raise TunerError("scaling.use_gpu is true, but the Ray cluster has no GPU; use auto or false")
+    return bool(sweep.scaling.use_gpu)
+
+
+def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bool) -> int:
+    """How many trials fit at once: the cluster's CPUs (and GPUs) over one trial's need."""
+    scaling = sweep.scaling
+    need_cpu = scaling.workers * scaling.cpus_per_worker
+    slots = math.floor(cluster.get("CPU", 0) / need_cpu + 1e-9)
+    if use_gpu:
+        slots = min(slots, math.floor(cluster.get("GPU", 0) / (scaling.workers * scaling.gpus_per_worker) + 1e-9))
+    if slots < 1:
+        raise TunerError(
+            f"one trial needs {need_cpu:g} CPUs (scaling.workers x scaling.cpus_per_worker), "
+            f"but the Ray cluster has {cluster.get('CPU', 0):g}; lower scaling.workers or cpus_per_worker"
+        )
+    return min(slots, sweep.trials.max_concurrent or slots)
+
+
+def describe(sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: SweepPaths) -> str:
+    specs = sweep.param_specs()
+    searched = ", ".join(f"{k} ({s.kind})" for k, s in specs.items() if s.kind != "constant") or "nothing"
+    device = "GPU" if use_gpu else "CPU"
+    return "\n".join([
+        f"sweep {sweep.name}: {sweep.trials.num_samples} trial(s) x up to {sweep.max_epochs} epoch(s) of "
+        f"{sweep.model.name} on {sweep.data.dataset} ({len(data.train)} train / {len(data.val)} val images)",
+        f"  search {searched}; searcher {sweep.searcher.name}, scheduler {sweep.scheduler.name}, "
+        f"{sweep.mode}imise {sweep.metric}",
+        f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x {sweep.scaling.cpus_per_worker:g} CPU "
+        f"on {device}",
+        f"  output: {paths.root}",
+    ])
+
+
+def build_tuner(sweep: SweepConfig, paths: SweepPaths, data_ref: Any, use_gpu: bool, slots: int, *, restore: bool = False) -> Any:
+    """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
+    from ray import tune
+
+    from tuner import schedulers, searchers, spaces
+    from tuner.trial import TrialSetup, trial_driver
+
+    fail_at = os.environ.get("TUNER_TEST_FAIL_AT_EPOCH")
+    setup = TrialSetup(
+        model_name=sweep.model.name,
+        model_defaults=sweep.model.model_dump(exclude={"name"}),
+        train_defaults=sweep.train.model_dump(),
+        workers=sweep.scaling.workers,
+        use_gpu=use_gpu,
+        cpus_per_worker=sweep.scaling.cpus_per_worker,
+        gpus_per_worker=sweep.scaling.gpus_per_worker,
+        train_dir=str(paths.train),
+        seed=sweep.seed,
+        fail_once_at_epoch=int(fail_at) if fail_at else None,
+    )
+    trainable = tune.with_resources(
+        tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
+        {"cpu": 0, "memory": DRIVER_MEMORY},
+    )
+    if restore:
+        return tune.Tuner.restore(str(paths.tune), trainable=trainable, resume_unfinished=True, resume_errored=True)
+    keep = None if sweep.scheduler.name == "pbt" else sweep.checkpoint.keep  # PBT clones old checkpoints
+    return tune.Tuner(
+        trainable,
+        param_space=spaces.to_param_space(sweep.param_specs()),
+        tune_config=tune.TuneConfig(
+            metric=sweep.metric,
+            mode=sweep.mode,
+            search_alg=searchers.build_searcher(sweep, slots),
+            scheduler=schedulers.build_scheduler(sweep),
+            num_samples=sweep.trials.num_samples,
+            max_concurrent_trials=slots,
+            time_budget_s=sweep.trials.time_budget_s,
+            reuse_actors=False,
+        ),
+        run_config=tune.RunConfig(
+            name=paths.tune.name,
+            storage_path=str(paths.root),
+            checkpoint_config=tune.CheckpointConfig(
+                num_to_keep=keep, checkpoint_score_attribute=sweep.metric, checkpoint_score_order=sweep.mode
+            ),
+            failure_config=tune.FailureConfig(max_failures=sweep.trials.max_failures),
+            verbose=1,
+        ),
+    )
+
+
+def save_resolved_config(sweep: SweepConfig, paths: SweepPaths) -> None:
+    paths.root.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False)
+    tmp = paths.config.with_suffix(".yaml.tmp")
+    tmp.write_text(text)
+    tmp.replace(paths.config)
+
+
+@dataclass
+class SweepOutcome:
+    paths: SweepPaths
+    results: Any  # ray.tune.ResultGrid
+    best: dict[str, Any]  # best/metrics.json
+
+
+def run_sweep(
+    sweep: SweepConfig, *, address: str | None = None, verbose: bool = False, resume: bool = False
+) -> SweepOutcome:
+    """Run (or resume) a sweep end to end, then export its best model."""
+    import ray
+
+    from tuner import export
+    from tuner.data import load_training_data
+
+    paths = paths_for(sweep)
+    data = load_training_data(
+        sweep.data.dataset, sweep.data.root, val_fraction=sweep.data.val_fraction,
+        train_subset=sweep.data.train_subset, seed=sweep.seed, download=sweep.data.download,
+    )
+    started_ray = start_ray(address, verbose=verbose)
+    try:
+        cluster = ray.cluster_resources()
+        use_gpu = decide_gpu(sweep, cluster)
+        slots = concurrent_trials(sweep, cluster, use_gpu)
+        print(describe(sweep, slots, use_gpu, data, paths), flush=True)
+        if not resume:
+            save_resolved_config(sweep, paths)
+        data_ref = ray.put(data)
+        tuner = build_tuner(sweep, paths, data_ref, use_gpu, slots, restore=resume)
+        results = tuner.fit()
+        del data_ref
+        return SweepOutcome(paths, results, export.export_best(sweep, paths, results))
+    finally:
+        if started_ray:
+            ray.shutdown()

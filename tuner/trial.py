@@ -1,0 +1,320 @@
+"""What runs inside a trial.
+
+``trial_driver`` is the Tune function trainable: it builds a Ray Train
+``TorchTrainer`` (DDP over ``workers`` workers; gloo on CPU, NCCL on GPU), and relays
+each epoch's metrics and checkpoint from Train's rank 0 back to Tune, so that Tune
+holds real checkpoints (PBT exploits, HyperBand pause/resume, retries and the best
+export all need them; see NOTES-ray.md). ``train_loop_per_worker`` is the DDP loop.
+
+Nothing here reads YAML: the driver receives the sampled hyperparameters and a
+``TrialSetup`` of plain values.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tuner.data import TrainingData, normalise
+from tuner.models import build_model
+
+CHECKPOINT_FILE = "checkpoint.pt"
+_FIT_DONE = "__tuner_fit_done__"
+
+
+@dataclass(frozen=True)
+class TrialSetup:
+    """Fixed settings shared by every trial of a sweep (plain values, picklable)."""
+
+    model_name: str
+    model_defaults: dict[str, Any]  # the model section minus ``name``
+    train_defaults: dict[str, Any]  # the train section
+    workers: int
+    use_gpu: bool
+    cpus_per_worker: float
+    gpus_per_worker: float
+    train_dir: str  # storage for the Train runs, inside the sweep folder
+    seed: int
+    fail_once_at_epoch: int | None = None  # test-only fault switch (TUNER_TEST_FAIL_AT_EPOCH)
+
+
+def resolve_hyperparameters(setup: TrialSetup, sampled: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Defaults overlaid with the sampled values, coerced by the config schema.
+
+    Coercion turns Tune's ``128.0`` from quniform into the int a layer width needs,
+    and BOHB's ``np.str_`` into ``str``.
+    """
+    from tuner.config import CnnConfig, ResNetConfig, TrainConfig
+
+    model_cls = CnnConfig if setup.model_name == "cnn" else ResNetConfig
+    sampled = {k: (str(v) if isinstance(v, str) else v) for k, v in sampled.items()}
+    train = {**setup.train_defaults, **{k: v for k, v in sampled.items() if k in TrainConfig.model_fields}}
+    model = {**setup.model_defaults, **{k: v for k, v in sampled.items() if k in model_cls.model_fields}}
+    train = TrainConfig.model_validate(train).model_dump()
+    model = model_cls.model_validate({"name": setup.model_name, **model}).model_dump(exclude={"name"})
+    return train, model
+
+
+# --- the Tune side ------------------------------------------------------------------------
+class _RelayToTune:
+    """Train callback (runs in Train's controller): pass rank 0's report to the driver."""
+
+    def __init__(self, queue: Any):
+        self.queue = queue
+
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        self.queue.put((dict(metrics[0]), checkpoint.path if checkpoint is not None else None))
+
+
+def _relay_callback(queue: Any) -> Any:
+    from ray.train.v2.api.callback import UserCallback
+
+    class RelayToTune(_RelayToTune, UserCallback):
+        pass
+
+    return RelayToTune(queue)
+
+
+def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) -> None:
+    """Tune trainable: one TorchTrainer per trial (or per restore), reports relayed to Tune."""
+    import ray.train
+    from ray import tune
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.util.queue import Queue
+
+    train, model_options = resolve_hyperparameters(setup, sampled)
+    trial_id = tune.get_context().get_trial_id()
+    resume = tune.get_checkpoint()
+    loop_config = {
+        "train": train,
+        "model_name": setup.model_name,
+        "model_options": model_options,
+        "data_ref": data[0],
+        "threads": max(1, int(setup.cpus_per_worker)),
+        "seed": setup.seed + _stable_int(trial_id),
+        "trial_id": trial_id,
+        "resume_from": resume.path if resume is not None else None,
+        "fail_once_at_epoch": setup.fail_once_at_epoch,
+        "fail_marker": os.path.join(setup.train_dir, f"{trial_id}.failed-once"),
+    }
+    resources = {"CPU": setup.cpus_per_worker}
+    if setup.use_gpu:
+        resources["GPU"] = setup.gpus_per_worker
+    queue = Queue(actor_options={"num_cpus": 0})
+    # A fresh run name per (re)start: a Train run that reuses a name resumes its own
+    # last checkpoint and would ignore the one Tune hands over (PBT, retries).
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=loop_config,
+        torch_config=TorchConfig(backend="nccl" if setup.use_gpu else "gloo"),
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=setup.workers, use_gpu=setup.use_gpu, resources_per_worker=resources
+        ),
+        run_config=ray.train.RunConfig(
+            name=f"{trial_id}-{uuid.uuid4().hex[:6]}",
+            storage_path=setup.train_dir,
+            callbacks=[_relay_callback(queue)],
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
+            failure_config=ray.train.FailureConfig(max_failures=0),  # Tune retries
+        ),
+    )
+    outcome: dict[str, BaseException] = {}
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the driver thread
+            outcome["error"] = error
+        finally:
+            queue.put(_FIT_DONE)
+
+    thread = threading.Thread(target=fit, name=f"fit-{trial_id}", daemon=True)
+    thread.start()
+    while (item := queue.get()) != _FIT_DONE:
+        metrics, checkpoint_path = item
+        checkpoint = tune.Checkpoint(checkpoint_path) if checkpoint_path else None
+        tune.report(metrics, checkpoint=checkpoint)
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+
+
+def _stable_int(text: str) -> int:
+    return int.from_bytes(text.encode()[-4:].rjust(4, b"\0"), "big") % 100_000
+
+
+# --- the Train side ----------------------------------------------------------------------
+def learning_rate(base_lr: float, schedule: str, step: int, total_steps: int) -> float:
+    """The step's learning rate: constant, cosine to zero, or /10 at 50% and 75%."""
+    progress = min(1.0, step / max(1, total_steps))
+    if schedule == "cosine":
+        return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+    if schedule == "step":
+        return base_lr * (0.1 ** (int(progress >= 0.5) + int(progress >= 0.75)))
+    return base_lr
+
+
+def make_optimizer(model: nn.Module, train: dict[str, Any]) -> torch.optim.Optimizer:
+    params, lr, wd = model.parameters(), train["lr"], train["weight_decay"]
+    if train["optimizer"] == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=train["momentum"], weight_decay=wd, nesterov=True)
+    if train["optimizer"] == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+    return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+
+
+def load_state(path: str | os.PathLike) -> dict[str, Any]:
+    """A tuner checkpoint's state dict (tensors and plain values only: weights_only)."""
+    return torch.load(Path(path) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+
+
+class _Shards:
+    """The data on the worker's device, and this rank's share of an epoch."""
+
+    def __init__(self, data: TrainingData, device: torch.device, rank: int, world: int):
+        with warnings.catch_warnings():  # object-store arrays are read-only; we never write
+            warnings.simplefilter("ignore", UserWarning)
+            to = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
+            self.train_x, self.train_y = to(data.train.images), to(data.train.labels)
+            self.val_x, self.val_y = to(data.val.images), to(data.val.labels)
+        self.mean, self.std = data.mean, data.std
+        self.rank, self.world, self.device = rank, world, device
+
+    def epoch_indices(self, seed: int, epoch: int) -> torch.Tensor:
+        """Same permutation on every rank (seeded by epoch), one equal block per rank."""
+        generator = torch.Generator().manual_seed(seed * 10_007 + epoch)
+        order = torch.randperm(len(self.train_y), generator=generator)
+        per_rank = len(order) // self.world
+        return order[self.rank * per_rank : (self.rank + 1) * per_rank].to(self.device)
+
+    def batch(self, images: torch.Tensor, labels: torch.Tensor, index: torch.Tensor):
+        return normalise(images[index], self.mean, self.std), labels[index]
+
+
+def train_loop_per_worker(loop: dict[str, Any]) -> None:
+    """One worker of a DDP trial: train, evaluate, checkpoint and report every epoch."""
+    import ray
+    import ray.train
+    import ray.train.torch
+
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    torch.set_num_threads(loop["threads"])
+    torch.manual_seed(loop["seed"])
+    train = loop["train"]
+    data: TrainingData = ray.get(loop["data_ref"])
+    device = ray.train.torch.get_device()
+    shards = _Shards(data, device, rank, world)
+
+    model = build_model(
+        loop["model_name"], in_channels=data.channels, num_classes=data.num_classes,
+        image_size=data.size, options=loop["model_options"],
+    )
+    start_epoch, resumed_from = 0, ""
+    checkpoint = ray.train.get_checkpoint()
+    resume_path = checkpoint.path if checkpoint is not None else loop["resume_from"]
+    state = load_state(resume_path) if resume_path else None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        start_epoch, resumed_from = int(state["epoch"]), str(state["trial_id"])
+    model = ray.train.torch.prepare_model(model)  # DDP when world > 1, moved to device
+    optimizer = make_optimizer(model, train)
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        for group in optimizer.param_groups:  # PBT may have mutated these
+            group.update(lr=train["lr"], weight_decay=train["weight_decay"])
+    amp_dtype = _amp_dtype(device, train["amp"])
+    scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=train["label_smoothing"])
+    batch_size, epochs = train["batch_size"], train["epochs"]
+    steps_per_epoch = math.ceil(len(shards.train_y) // world / batch_size)
+
+    for epoch in range(start_epoch, epochs):
+        started = time.perf_counter()
+        model.train()
+        indices = shards.epoch_indices(loop["seed"], epoch)
+        loss_sum = torch.zeros((), device=device)
+        for step, begin in enumerate(range(0, len(indices), batch_size)):
+            lr = learning_rate(train["lr"], train["lr_schedule"], epoch * steps_per_epoch + step, epochs * steps_per_epoch)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            x, y = shards.batch(shards.train_x, shards.train_y, indices[begin : begin + batch_size])
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                loss = loss_fn(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            loss_sum += loss.detach() * len(y)
+        _maybe_fail_once(loop, epoch)
+        val_loss, val_accuracy, train_loss = _evaluate(model, shards, loss_fn, amp_dtype, loss_sum, len(indices) * world)
+        compute_s = time.perf_counter() - started
+        metrics = {
+            "epoch": epoch + 1,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "val_accuracy": val_accuracy,
+            "lr": lr,
+            "compute_s": compute_s,
+            "images_per_s": len(indices) * world / compute_s,
+            "resumed_from": resumed_from,
+            "world_size": world,
+        }
+        with tempfile.TemporaryDirectory() as folder:
+            report_checkpoint = None
+            if rank == 0:
+                unwrapped = model.module if hasattr(model, "module") else model
+                torch.save(
+                    {"model": unwrapped.state_dict(), "optimizer": optimizer.state_dict(),
+                     "epoch": epoch + 1, "trial_id": loop["trial_id"]},
+                    Path(folder) / CHECKPOINT_FILE,
+                )
+                report_checkpoint = ray.train.Checkpoint.from_directory(folder)
+            ray.train.report(metrics, checkpoint=report_checkpoint)
+
+
+def _amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
+    if not enabled or device.type != "cuda":
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+@torch.no_grad()
+def _evaluate(model, shards: _Shards, loss_fn, amp_dtype, train_loss_sum, train_count) -> tuple[float, float, float]:
+    """Validation loss/accuracy over every rank's share, plus the epoch's train loss."""
+    model.eval()
+    index = torch.arange(shards.rank, len(shards.val_y), shards.world, device=shards.device)
+    totals = torch.zeros(4, dtype=torch.float64, device=shards.device)  # loss, correct, n, train loss
+    for begin in range(0, len(index), 1024):
+        x, y = shards.batch(shards.val_x, shards.val_y, index[begin : begin + 1024])
+        with torch.autocast(shards.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            logits = model(x)
+        totals[0] += loss_fn(logits.float(), y).item() * len(y)
+        totals[1] += (logits.argmax(1) == y).sum()
+        totals[2] += len(y)
+    totals[3] = train_loss_sum
+    if shards.world > 1:
+        torch.distributed.all_reduce(totals)
+    return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item(), (totals[3] / train_count).item()
+
+
+def _maybe_fail_once(loop: dict[str, Any], epoch: int) -> None:
+    """Test-only: raise once, at the given epoch, to prove retries resume from a checkpoint."""
+    if loop["fail_once_at_epoch"] is None or epoch + 1 != loop["fail_once_at_epoch"]:
+        return
+    marker = Path(loop["fail_marker"])
+    if not marker.exists():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("failed once on purpose\n")
+        raise RuntimeError(f"injected fault at epoch {epoch + 1} (TUNER_TEST_FAIL_AT_EPOCH)")
