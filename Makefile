@@ -1,0 +1,27 @@
+# The two commands of the README. Each creates the venv on first use.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Real data sets sit in ../shared/data on this project's machines; elsewhere ./data
+# (downloaded by torchvision on first use).
+export TUNER_DATA_DIR ?= $(if $(wildcard ../shared/data/MNIST/raw),$(abspath ../shared/data),$(abspath data))
+
+.PHONY: sweep test lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+sweep: $(VENV)/.installed  ## the default sweep: MNIST, ASHA, local Ray, MLflow in ./mlflow.db
+	$(PY) -m tuner sweep mnist_asha.yaml
+
+test: $(VENV)/.installed  ## unit tests, then integration tests on a real local Ray
+	$(PY) -m pytest
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check tuner tests
+
+clean:
+	rm -rf runs mlruns mlflow.db

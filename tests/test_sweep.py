@@ -1,0 +1,119 @@
+"""End to end on a real local Ray and real MNIST images: ASHA, export, DDP, PBT, leaks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from integration_helpers import assert_no_leaks, data_root, small_sweep
+
+from tuner.config import SweepConfig
+from tuner.sweep import run_sweep
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+
+def _trial_histories(outcome) -> dict[str, list[dict]]:
+    """Every reported result of every trial, from the Tune experiment on disk."""
+    return {
+        result.metrics["trial_id"]: result.metrics_dataframe.to_dict("records")
+        for result in outcome.results
+    }
+
+
+def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ray(local_ray, tmp_path):
+    sweep = SweepConfig.model_validate(small_sweep(
+        tmp_path,
+        # Two learning rates that learn and two that cannot (1e-6): whichever order the
+        # first epochs arrive in, ASHA's median cut must stop at least one trial.
+        space={"params": {"lr": {"grid": [3e-3, 1e-6, 1e-6, 2e-3]}, "dropout": {"uniform": [0.0, 0.5]}}},
+        scheduler={"name": "asha", "grace_period": 1, "reduction_factor": 2},
+        trials={"num_samples": 1},
+    ))
+    outcome = run_sweep(sweep)
+
+    histories = _trial_histories(outcome)
+    assert len(histories) == 4
+    assert not outcome.results.errors
+    epochs_run = sorted(len(rows) for rows in histories.values())
+    assert epochs_run[0] == 1, f"ASHA stopped no trial early: epochs per trial {epochs_run}"
+    assert epochs_run[-1] == 2
+    for rows in histories.values():  # every epoch reported all metrics, in order
+        assert [row["epoch"] for row in rows] == list(range(1, len(rows) + 1))
+        assert all(0.0 <= row["val_accuracy"] <= 1.0 and row["val_loss"] > 0 for row in rows)
+
+    best = outcome.best
+    all_scores = [row["val_accuracy"] for rows in histories.values() for row in rows]
+    assert best["val_accuracy"] == pytest.approx(max(all_scores))
+    assert best["test_accuracy"] > 0.5, "the exported model should be far above chance (0.1)"
+    assert best["test_images"] == 10_000
+
+    best_dir = outcome.paths.best
+    assert sorted(p.name for p in best_dir.iterdir()) == ["config.yaml", "metrics.json", "model.pt"]
+    assert json.loads((best_dir / "metrics.json").read_text())["trial_id"] == best["trial_id"]
+    assert (outcome.paths.root / "sweep.yaml").is_file()
+    assert list((outcome.paths.tune).glob("trial_driver_*/events.out.tfevents.*")), "TensorBoard files per trial"
+    # Everything inside the sweep folder, Train runs included.
+    assert list(outcome.paths.train.iterdir())
+
+    script = (
+        "import sys, numpy as np\n"
+        "from tuner.export import load_best\n"
+        "from tuner.data import load_test_split\n"
+        f"exported = load_best({str(best_dir)!r})\n"
+        f"test = load_test_split('mnist', {str(data_root())!r}, download=False)\n"
+        "classes, confidence = exported.predict(test.images[:2000])\n"
+        "accuracy = float((classes == test.labels[:2000]).mean())\n"
+        "assert 'ray' not in sys.modules, 'load_best imported ray'\n"
+        "assert ((confidence > 0) & (confidence <= 1)).all()\n"
+        "print(accuracy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout.strip()) > 0.5
+    assert_no_leaks()
+
+
+def test_two_worker_trial_runs_ddp(local_ray, tmp_path):
+    sweep = SweepConfig.model_validate(small_sweep(
+        tmp_path,
+        train={"epochs": 1},
+        trials={"num_samples": 1},
+        scaling={"workers": 2, "cpus_per_worker": 1},
+    ))
+    outcome = run_sweep(sweep)
+    (rows,) = _trial_histories(outcome).values()
+    assert rows[-1]["world_size"] == 2
+    assert rows[-1]["val_accuracy"] > 0.3
+    assert_no_leaks()
+
+
+def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_path):
+    sweep = SweepConfig.model_validate(small_sweep(
+        tmp_path,
+        data={"train_subset": 2000},
+        train={"epochs": 4},
+        # One good and one hopeless learning rate: the bad trial must exploit the good one.
+        space={"params": {"lr": {"grid": [3e-3, 1e-6]}}},
+        scheduler={"name": "pbt", "perturbation_interval": 1, "quantile_fraction": 0.5,
+                   "resample_probability": 0.0, "mutations": {"lr": {"choice": [2e-3, 3e-3]}}},
+        trials={"num_samples": 1},
+    ))
+    outcome = run_sweep(sweep)
+    histories = _trial_histories(outcome)
+    assert len(histories) == 2
+    clones = [
+        (trial_id, row)
+        for trial_id, rows in histories.items()
+        for row in rows
+        if row["resumed_from"] and row["resumed_from"] != trial_id
+    ]
+    assert clones, f"no trial restored from another's checkpoint: {histories}"
+    trial_id, row = clones[0]
+    donor_rows = histories[row["resumed_from"]]
+    # The clone continued the donor's epochs rather than starting from scratch.
+    assert row["epoch"] > 1
+    assert any(r["epoch"] == row["epoch"] - 1 for r in donor_rows)
+    assert_no_leaks()
