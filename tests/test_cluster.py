@@ -29,9 +29,22 @@ def ray_cluster(tmp_path):
     port = _free_port()
     env = {**os.environ, "RAY_ADDRESS": ""}
     subprocess.run(
-        [ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-         "--include-dashboard=true", "--dashboard-host=127.0.0.1", "--disable-usage-stats"],
-        check=True, capture_output=True, text=True, env=env, timeout=180,
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            "--disable-usage-stats",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
     )
     try:
         yield f"127.0.0.1:{port}"
@@ -45,7 +58,10 @@ def test_sweep_runs_on_an_existing_cluster_by_address(ray_cluster, tmp_path):
     sweep_file.write_text(yaml.safe_dump(sweep))
     done = subprocess.run(
         [sys.executable, "-m", "tuner", "sweep", str(sweep_file), "--address", ray_cluster],
-        capture_output=True, text=True, timeout=800, env={**os.environ, "TUNER_DATA_DIR": str(data_root())},
+        capture_output=True,
+        text=True,
+        timeout=800,
+        env={**os.environ, "TUNER_DATA_DIR": str(data_root())},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "best trial" in done.stdout

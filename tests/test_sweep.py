@@ -17,21 +17,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 def _trial_histories(outcome) -> dict[str, list[dict]]:
     """Every reported result of every trial, from the Tune experiment on disk."""
-    return {
-        result.metrics["trial_id"]: result.metrics_dataframe.to_dict("records")
-        for result in outcome.results
-    }
+    return {result.metrics["trial_id"]: result.metrics_dataframe.to_dict("records") for result in outcome.results}
 
 
 def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ray(local_ray, tmp_path):
-    sweep = SweepConfig.model_validate(small_sweep(
-        tmp_path,
-        # Two learning rates that learn and two that cannot (1e-6): whichever order the
-        # first epochs arrive in, ASHA's median cut must stop at least one trial.
-        space={"params": {"lr": {"grid": [3e-3, 1e-6, 1e-6, 2e-3]}, "dropout": {"uniform": [0.0, 0.5]}}},
-        scheduler={"name": "asha", "grace_period": 1, "reduction_factor": 2},
-        trials={"num_samples": 1},
-    ))
+    sweep = SweepConfig.model_validate(
+        small_sweep(
+            tmp_path,
+            # Two learning rates that learn and two that cannot (1e-6): whichever order the
+            # first epochs arrive in, ASHA's median cut must stop at least one trial.
+            space={"params": {"lr": {"grid": [3e-3, 1e-6, 1e-6, 2e-3]}, "dropout": {"uniform": [0.0, 0.5]}}},
+            scheduler={"name": "asha", "grace_period": 1, "reduction_factor": 2},
+            trials={"num_samples": 1},
+        )
+    )
     outcome = run_sweep(sweep)
 
     histories = _trial_histories(outcome)
@@ -77,12 +76,14 @@ def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ra
 
 
 def test_two_worker_trial_runs_ddp(local_ray, tmp_path):
-    sweep = SweepConfig.model_validate(small_sweep(
-        tmp_path,
-        train={"epochs": 1},
-        trials={"num_samples": 1},
-        scaling={"workers": 2, "cpus_per_worker": 1},
-    ))
+    sweep = SweepConfig.model_validate(
+        small_sweep(
+            tmp_path,
+            train={"epochs": 1},
+            trials={"num_samples": 1},
+            scaling={"workers": 2, "cpus_per_worker": 1},
+        )
+    )
     outcome = run_sweep(sweep)
     (rows,) = _trial_histories(outcome).values()
     assert rows[-1]["world_size"] == 2
@@ -91,16 +92,23 @@ def test_two_worker_trial_runs_ddp(local_ray, tmp_path):
 
 
 def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_path):
-    sweep = SweepConfig.model_validate(small_sweep(
-        tmp_path,
-        data={"train_subset": 2000},
-        train={"epochs": 4},
-        # One good and one hopeless learning rate: the bad trial must exploit the good one.
-        space={"params": {"lr": {"grid": [3e-3, 1e-6]}}},
-        scheduler={"name": "pbt", "perturbation_interval": 1, "quantile_fraction": 0.5,
-                   "resample_probability": 0.0, "mutations": {"lr": {"choice": [2e-3, 3e-3]}}},
-        trials={"num_samples": 1},
-    ))
+    sweep = SweepConfig.model_validate(
+        small_sweep(
+            tmp_path,
+            data={"train_subset": 2000},
+            train={"epochs": 4},
+            # One good and one hopeless learning rate: the bad trial must exploit the good one.
+            space={"params": {"lr": {"grid": [3e-3, 1e-6]}}},
+            scheduler={
+                "name": "pbt",
+                "perturbation_interval": 1,
+                "quantile_fraction": 0.5,
+                "resample_probability": 0.0,
+                "mutations": {"lr": {"choice": [2e-3, 3e-3]}},
+            },
+            trials={"num_samples": 1},
+        )
+    )
     outcome = run_sweep(sweep)
     histories = _trial_histories(outcome)
     assert len(histories) == 2
@@ -116,4 +124,31 @@ def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_pat
     # The clone continued the donor's epochs rather than starting from scratch.
     assert row["epoch"] > 1
     assert any(r["epoch"] == row["epoch"] - 1 for r in donor_rows)
+    assert_no_leaks()
+
+
+def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray, tmp_path):
+    sweep = SweepConfig.model_validate(
+        small_sweep(
+            tmp_path,
+            data={"train_subset": 1500},
+            train={"epochs": 4},
+            space={"params": {"lr": {"grid": [3e-3, 1e-6, 2e-3, 1e-5]}}},
+            scheduler={"name": "hyperband", "reduction_factor": 2},
+            trials={"num_samples": 1},
+        )
+    )
+    outcome = run_sweep(sweep)
+    assert not outcome.results.errors
+    histories = _trial_histories(outcome)
+    resumed = 0
+    for trial_id, rows in histories.items():
+        # Tune's iteration counter and the trial's own epoch agree across pauses.
+        assert [row["training_iteration"] for row in rows] == [row["epoch"] for row in rows]
+        assert [row["epoch"] for row in rows] == list(range(1, len(rows) + 1)), rows
+        assert len(rows) <= 4
+        resumed += sum(1 for row in rows if row["resumed_from"] == trial_id)
+    epochs_run = sorted(len(rows) for rows in histories.values())
+    assert epochs_run[-1] > epochs_run[0], f"hyperband gave every trial the same budget: {epochs_run}"
+    assert resumed, "no trial was paused and resumed from its own checkpoint"
     assert_no_leaks()

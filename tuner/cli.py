@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import yaml
 
@@ -18,10 +19,17 @@ EXIT_USER_ERROR = 2
 
 def _add_sweep_file(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="a sweep YAML file, or a bare name looked up in experiments/")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a field, e.g. --set trials.num_samples=8 (repeatable)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="tiny run for checking a file: 2000 images, 2 epochs, 2 trials")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field, e.g. --set trials.num_samples=8 (repeatable)",
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny run for checking a file: 2000 images, 2 epochs, 2 trials"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -24,7 +24,7 @@ from pydantic_core import PydanticCustomError
 
 from tuner import spaces
 from tuner.errors import ConfigError
-from tuner.yamlio import LoadedYaml, load_yaml
+from tuner.yamlio import LoadedYaml, load_yaml, parse_scalar
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
 METRICS = {"val_accuracy": "max", "val_loss": "min", "train_loss": "min"}
@@ -44,10 +44,12 @@ class Strict(BaseModel):
                 if key not in cls.model_fields:
                     close = difflib.get_close_matches(str(key), valid, n=1)
                     hint = f"; did you mean {close[0]!r}?" if close else ""
-                    raise PydanticCustomError(
+                    raise _custom(
                         "unknown_key",
                         "unknown key {key!r}{hint} (valid keys: {valid})",
-                        {"key": key, "hint": hint, "valid": ", ".join(valid)},
+                        key=key,
+                        hint=hint,
+                        valid=", ".join(valid),
                     )
         return data
 
@@ -80,7 +82,7 @@ class ResNetConfig(Strict):
     zero_init_residual: bool = False
 
 
-ModelConfig = Annotated[Union[CnnConfig, ResNetConfig], Field(discriminator="name")]
+ModelConfig = Annotated[CnnConfig | ResNetConfig, Field(discriminator="name")]
 
 
 # --- training defaults (any of these may be searched) ---------------------------------
@@ -105,10 +107,11 @@ class SpaceConfig(Strict):
     @classmethod
     def _known_space(cls, name: str | None) -> str | None:
         if name is not None and name not in spaces.registry_names():
-            raise PydanticCustomError(
+            raise _custom(
                 "unknown_space",
                 "no search space named {name!r}; choose one of: {valid}",
-                {"name": name, "valid": ", ".join(spaces.registry_names())},
+                name=name,
+                valid=", ".join(spaces.registry_names()),
             )
         return name
 
@@ -137,7 +140,7 @@ class BohbSearcher(Strict):
 
 
 SearcherConfig = Annotated[
-    Union[RandomSearcher, GridSearcher, OptunaSearcher, HyperOptSearcher, BohbSearcher],
+    RandomSearcher | GridSearcher | OptunaSearcher | HyperOptSearcher | BohbSearcher,
     Field(discriminator="name"),
 ]
 
@@ -189,7 +192,7 @@ class BohbScheduler(Strict):
 
 
 SchedulerConfig = Annotated[
-    Union[FifoScheduler, AshaScheduler, HyperBandScheduler, MedianScheduler, PbtScheduler, BohbScheduler],
+    FifoScheduler | AshaScheduler | HyperBandScheduler | MedianScheduler | PbtScheduler | BohbScheduler,
     Field(discriminator="name"),
 ]
 
@@ -237,10 +240,11 @@ class SweepConfig(Strict):
         _check_pairs(self)
         return self
 
-    def param_specs(self) -> dict[str, spaces.ParamSpec]:
+    def param_specs(self, *, registry_only: bool = False) -> dict[str, spaces.ParamSpec]:
         """The resolved search space: registry space, then inline params over it."""
         specs = spaces.load_registry_space(self.space.use) if self.space.use else {}
-        specs.update({k: spaces.parse_param(v) for k, v in self.space.params.items()})
+        if not registry_only:
+            specs.update({k: spaces.parse_param(v) for k, v in self.space.params.items()})
         return specs
 
     @property
@@ -255,24 +259,41 @@ def searchable_params(model: BaseModel) -> dict[str, type[BaseModel]]:
     return names
 
 
+def _custom(kind: str, message: str, **ctx: Any) -> PydanticCustomError:
+    """A pydantic error with a message formatted here (pydantic's templates know no ``!r``)."""
+    text = message.format(**ctx)
+    return PydanticCustomError(kind, "{text}", {"text": text, **ctx})
+
+
 def _fail(message: str, **ctx: Any) -> PydanticCustomError:
-    return PydanticCustomError("sweep_check", message, ctx)
+    return _custom("sweep_check", message, **ctx)
+
+
+def _parse_params(origin: str, params: dict[str, Any]) -> dict[str, spaces.ParamSpec]:
+    specs = {}
+    for name, value in params.items():
+        try:
+            specs[name] = spaces.parse_param(value)
+        except ValueError as error:
+            raise _fail("{where}.{name}: {error}", where=origin, name=name, error=error) from None
+    return specs
 
 
 def _check_space(cfg: SweepConfig) -> None:
-    try:
-        specs = cfg.param_specs()
-    except ConfigError:
-        raise
-    except ValueError as error:
-        raise _fail("space.params: {error}", error=str(error)) from None
-    allowed = searchable_params(cfg.model)
+    """Every searched name is a hyperparameter, and every value it can take is valid."""
+    specs = {**cfg.param_specs(registry_only=True), **_parse_params("space.params", cfg.space.params)}
     mutations = {}
     if isinstance(cfg.scheduler, PbtScheduler) and cfg.scheduler.mutations:
-        try:
-            mutations = {k: spaces.parse_param(v) for k, v in cfg.scheduler.mutations.items()}
-        except ValueError as error:
-            raise _fail("scheduler.mutations: {error}", error=str(error)) from None
+        mutations = _parse_params("scheduler.mutations", cfg.scheduler.mutations)
+        for name, spec in mutations.items():
+            if spec.kind in ("constant", "grid"):
+                raise _fail(
+                    "scheduler.mutations.{name}: pbt mutates with a distribution or a choice, but got {dist} {args}",
+                    name=name,
+                    dist=spec.kind,
+                    args=list(spec.args),
+                )
+    allowed = searchable_params(cfg.model)
     for origin, params in (("space.params", specs), ("scheduler.mutations", mutations)):
         for name, spec in params.items():
             if name not in allowed:
@@ -280,18 +301,43 @@ def _check_space(cfg: SweepConfig) -> None:
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise _fail(
                     "{where}.{name}: not a hyperparameter of model {model!r}{hint} (searchable: {valid})",
-                    where=origin, name=name, model=cfg.model.name, hint=hint, valid=", ".join(sorted(allowed)),
+                    where=origin,
+                    name=name,
+                    model=cfg.model.name,
+                    hint=hint,
+                    valid=", ".join(sorted(allowed)),
                 )
             section = allowed[name]
+            if section.model_fields[name].annotation is int and not _integral(spec):
+                raise _fail(
+                    "{where}.{name}: {name} is an integer; use randint, choice, grid or a quantized "
+                    "distribution with integer bounds and q, but got {dist} {args}",
+                    where=origin,
+                    name=name,
+                    dist=spec.kind,
+                    args=list(spec.args),
+                )
             for value in spec.representative_values():
+                data = {name: value} if section is TrainConfig else {"name": cfg.model.name, name: value}
                 try:
-                    section.model_validate({name: value} if section is TrainConfig else {"name": cfg.model.name, name: value})
+                    section.model_validate(data)
                 except ValidationError as error:
-                    reason = error.errors()[0]["msg"]
                     raise _fail(
                         "{where}.{name}: value {value!r} is invalid ({reason})",
-                        where=origin, name=name, value=value, reason=reason,
+                        where=origin,
+                        name=name,
+                        value=value,
+                        reason=_lower_first(error.errors()[0]["msg"]),
                     ) from None
+
+
+def _integral(spec: spaces.ParamSpec) -> bool:
+    """Whether every value the distribution samples is a whole number."""
+    if spec.kind in ("uniform", "loguniform"):
+        return False
+    if spec.is_quantized:
+        return all(float(a).is_integer() for a in spec.args)
+    return True
 
 
 def _check_pairs(cfg: SweepConfig) -> None:
@@ -302,31 +348,46 @@ def _check_pairs(cfg: SweepConfig) -> None:
         raise _fail(
             "searcher.name / scheduler.name: bohb searcher and bohb scheduler go together, "
             "but got searcher {searcher!r} with scheduler {scheduler!r}",
-            searcher=searcher, scheduler=scheduler,
+            searcher=searcher,
+            scheduler=scheduler,
         )
     if "grid" in kinds and searcher not in ("random", "grid"):
         raise _fail(
             "space.params: grid values need the random or grid searcher, but got searcher {searcher!r} "
-            "(use choice instead)", searcher=searcher,
+            "(use choice instead)",
+            searcher=searcher,
         )
     if searcher == "grid" and "grid" not in kinds:
         raise _fail("searcher.name: 'grid' needs at least one {{grid: [...]}} parameter in the space")
     if searcher == "bohb" and any(spec.is_quantized for spec in specs.values()):
         raise _fail("space.params: bohb drops quantization; use choice instead of quniform/qloguniform")
     if scheduler == "pbt" and searcher != "random":
-        raise _fail("searcher.name: pbt explores by itself and takes the random searcher, but got {searcher!r}", searcher=searcher)
-    if scheduler == "pbt" and not (cfg.scheduler.mutations or any(s.kind != "constant" for s in specs.values())):
-        raise _fail("scheduler.mutations: pbt needs something to mutate: give mutations or a non-constant space")
+        raise _fail(
+            "searcher.name: pbt explores by itself and takes the random searcher, but got {searcher!r}",
+            searcher=searcher,
+        )
+    if scheduler == "pbt" and not (
+        cfg.scheduler.mutations or any(s.kind not in ("constant", "grid") for s in specs.values())
+    ):
+        raise _fail("scheduler.mutations: pbt needs something to mutate: give mutations or a space with a distribution")
     grace = getattr(cfg.scheduler, "grace_period", None)
     if grace is not None and grace > cfg.train.epochs:
         raise _fail(
             "scheduler.grace_period: must be <= train.epochs ({epochs}), but got {grace}",
-            epochs=cfg.train.epochs, grace=grace,
+            epochs=cfg.train.epochs,
+            grace=grace,
         )
     if scheduler != "fifo" and cfg.train.epochs < 2 and scheduler != "median":
-        raise _fail("train.epochs: scheduler {scheduler!r} needs at least 2 epochs to act, but got 1", scheduler=scheduler)
+        raise _fail(
+            "train.epochs: scheduler {scheduler!r} needs at least 2 epochs to act, but got 1", scheduler=scheduler
+        )
     if cfg.mode != METRICS[cfg.metric]:
-        raise _fail("mode: {metric} is best at {natural}, but got mode={mode!r}", metric=cfg.metric, natural=METRICS[cfg.metric], mode=cfg.mode)
+        raise _fail(
+            "mode: {metric} is best at {natural}, but got mode={mode!r}",
+            metric=cfg.metric,
+            natural=METRICS[cfg.metric],
+            mode=cfg.mode,
+        )
 
 
 # --- loading ------------------------------------------------------------------------------
@@ -343,19 +404,20 @@ def resolve_sweep_path(name_or_path: str) -> Path:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], *, file: str) -> dict[str, Any]:
     """``--set a.b=value`` overrides; the value is parsed as YAML (``1e-3``, ``[1, 2]``)."""
-    import yaml
-
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
-            raise ConfigError(f"--set {item!r}: expected key.path=value")
+            raise ConfigError(f"--set {item!r}: expected key.path=value", file=file)
         node = data
         *parents, last = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {part} is not a section", file=file)
-        node[last] = yaml.safe_load(raw)
+        try:
+            node[last] = parse_scalar(raw)
+        except ConfigError as error:
+            raise ConfigError(f"--set {item!r}: {error.reason}", file=file) from None
     return data
 
 
@@ -374,7 +436,8 @@ def load_sweep(name_or_path: str, overrides: list[str] | None = None, *, smoke: 
     if not isinstance(loaded.data, dict):
         raise ConfigError(
             f"a sweep file is a mapping of sections, but got {type(loaded.data).__name__}",
-            file=loaded.file, line=1,
+            file=loaded.file,
+            line=1,
         )
     data = dict(loaded.data)
     data.setdefault("name", path.stem)
@@ -394,14 +457,23 @@ def _smoke_fit(data: dict[str, Any]) -> None:
 
 def validate(data: dict[str, Any], loaded: LoadedYaml) -> SweepConfig:
     try:
-        return SweepConfig.model_validate(data)
+        return SweepConfig.model_validate(data, strict=True)  # YAML types as written: no "3" -> 3
     except ValidationError as error:
         raise _to_config_error(error, data, loaded) from None
 
 
 def _to_config_error(error: ValidationError, data: Any, loaded: LoadedYaml) -> ConfigError:
-    first = error.errors()[0]
+    errors = error.errors()
+    first = errors[0]
     path = _data_path(data, first["loc"])
+    alternatives = [
+        e["msg"]
+        for e in errors[1:]
+        if _data_path(data, e["loc"]) == path
+        and e["type"] == first["type"]
+        or _data_path(data, e["loc"]) == path
+        and first["type"] not in ("unknown_key", "sweep_check")
+    ]
     kind, ctx = first["type"], first.get("ctx", {})
     if kind == "unknown_key":
         path = (*path, ctx["key"])
@@ -418,7 +490,8 @@ def _to_config_error(error: ValidationError, data: Any, loaded: LoadedYaml) -> C
     elif kind == "missing":
         message = "required, but missing"
     else:
-        message = f"{_lower_first(first['msg'])}, but got {first.get('input')!r}"
+        accepted = " or ".join(dict.fromkeys(_lower_first(m) for m in [first["msg"], *alternatives]))
+        message = f"{accepted}, but got {first.get('input')!r}"
     dotted = ".".join(str(p) for p in path) or "(top level)"
     return ConfigError(f"{dotted}: {message}", file=loaded.file, line=loaded.line_of(path))
 
@@ -438,8 +511,12 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             node = node[part]
             path.append(part)
-        elif isinstance(part, str) and (isinstance(node, dict) and node.get("name") == part or part.startswith("function-")):
+        elif isinstance(part, str) and (
+            isinstance(node, dict) and node.get("name") == part or part.startswith("function-")
+        ):
             continue  # a discriminator tag or validator frame, not a key
+        elif node is not data and not isinstance(node, (dict, list)) and path:
+            break  # at a scalar: what follows names union members (``literal['auto']``, ``bool``)
         else:
             path.append(part)
             node = None
@@ -448,7 +525,9 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _line_of_message(message: str, loaded: LoadedYaml) -> int | None:
     """The line of the field path a cross-field message starts with (``a.b.c: ...``)."""
+    for head in message.split(":", 1)[0].split(" / "):
+        head = head.strip()
+        if re.fullmatch(r"[\w.]+", head) and tuple(head.split(".")) in loaded.lines:
+            return loaded.lines[tuple(head.split("."))]
     head = message.split(":", 1)[0].split(" / ")[0].strip()
-    if not re.fullmatch(r"[\w.]+", head):
-        return None
-    return loaded.line_of(tuple(head.split(".")))
+    return loaded.line_of(tuple(head.split("."))) if re.fullmatch(r"[\w.]+", head) else None

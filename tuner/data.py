@@ -37,7 +37,10 @@ DATASETS = {
         "cifar-10-batches-py", "CIFAR10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
     ),
 }
-IDX_FILES = {True: ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"), False: ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+IDX_FILES = {
+    True: ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    False: ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
 
 
 @dataclass

@@ -59,8 +59,11 @@ def load_best(path: str | Path) -> ExportedModel:
     config = yaml.safe_load((folder / CONFIG_FILE).read_text())
     data = config["data"]
     model = build_model(
-        config["model"]["name"], in_channels=data["channels"], num_classes=data["num_classes"],
-        image_size=data["size"], options=config["model"]["options"],
+        config["model"]["name"],
+        in_channels=data["channels"],
+        num_classes=data["num_classes"],
+        image_size=data["size"],
+        options=config["model"]["options"],
     )
     model.load_state_dict(torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True))
     model.eval()
@@ -87,9 +90,15 @@ def export_best(sweep: Any, paths: Any, results: Any) -> dict[str, Any]:
 
     best, checkpoint, val_metrics = best_trial_checkpoint(results, sweep.metric, sweep.mode)
     setup = TrialSetup(
-        model_name=sweep.model.name, model_defaults=sweep.model.model_dump(exclude={"name"}),
-        train_defaults=sweep.train.model_dump(), workers=1, use_gpu=False, cpus_per_worker=1,
-        gpus_per_worker=0, train_dir="", seed=sweep.seed,
+        model_name=sweep.model.name,
+        model_defaults=sweep.model.model_dump(exclude={"name"}),
+        train_defaults=sweep.train.model_dump(),
+        workers=1,
+        use_gpu=False,
+        cpus_per_worker=1,
+        gpus_per_worker=0,
+        train_dir="",
+        seed=sweep.seed,
     )
     sampled = {k: _plain(v) for k, v in best.config.items()}
     train, model_options = resolve_hyperparameters(setup, sampled)
@@ -102,14 +111,23 @@ def export_best(sweep: Any, paths: Any, results: Any) -> dict[str, Any]:
         "model": {"name": sweep.model.name, "options": model_options},
         "train": train,
         "data": {
-            "dataset": sweep.data.dataset, "channels": info.channels, "size": info.size,
-            "num_classes": info.num_classes, "mean": list(info.mean), "std": list(info.std),
+            "dataset": sweep.data.dataset,
+            "channels": info.channels,
+            "size": info.size,
+            "num_classes": info.num_classes,
+            "mean": list(info.mean),
+            "std": list(info.std),
         },
         "metric": {"name": sweep.metric, "mode": sweep.mode},
     }
     state = load_state(checkpoint.path)
-    model = build_model(sweep.model.name, in_channels=info.channels, num_classes=info.num_classes,
-                        image_size=info.size, options=model_options)
+    model = build_model(
+        sweep.model.name,
+        in_channels=info.channels,
+        num_classes=info.num_classes,
+        image_size=info.size,
+        options=model_options,
+    )
     model.load_state_dict(state["model"])
     exported = ExportedModel(model, config, {})
     test = load_test_split(sweep.data.dataset, sweep.data.root, download=sweep.data.download)

@@ -65,7 +65,9 @@ MODELS = {
 }
 
 
-def build_model(name: str, *, in_channels: int, num_classes: int, image_size: int, options: dict[str, Any]) -> nn.Module:
+def build_model(
+    name: str, *, in_channels: int, num_classes: int, image_size: int, options: dict[str, Any]
+) -> nn.Module:
     """A fresh model from its registry name and options (the model config minus ``name``)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(sorted(MODELS))}")

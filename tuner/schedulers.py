@@ -7,7 +7,8 @@ from the checkpoint Tune hands back.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tuner import config as cfg
 from tuner import spaces
@@ -26,15 +27,20 @@ def _asha(sweep: cfg.SweepConfig) -> Any:
 
     s = sweep.scheduler
     return ASHAScheduler(
-        time_attr=TIME_ATTR, max_t=sweep.max_epochs, grace_period=s.grace_period,
-        reduction_factor=s.reduction_factor, brackets=s.brackets,
+        time_attr=TIME_ATTR,
+        max_t=sweep.max_epochs,
+        grace_period=s.grace_period,
+        reduction_factor=s.reduction_factor,
+        brackets=s.brackets,
     )
 
 
 def _hyperband(sweep: cfg.SweepConfig) -> Any:
     from ray.tune.schedulers import HyperBandScheduler
 
-    return HyperBandScheduler(time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor)
+    return HyperBandScheduler(
+        time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor
+    )
 
 
 def _median(sweep: cfg.SweepConfig) -> Any:
@@ -60,8 +66,10 @@ def _pbt(sweep: cfg.SweepConfig) -> Any:
 
     s = sweep.scheduler
     return PopulationBasedTraining(
-        time_attr=TIME_ATTR, perturbation_interval=s.perturbation_interval,
-        hyperparam_mutations=pbt_mutations(sweep), quantile_fraction=s.quantile_fraction,
+        time_attr=TIME_ATTR,
+        perturbation_interval=s.perturbation_interval,
+        hyperparam_mutations=pbt_mutations(sweep),
+        quantile_fraction=s.quantile_fraction,
         resample_probability=s.resample_probability,
     )
 
@@ -69,7 +77,9 @@ def _pbt(sweep: cfg.SweepConfig) -> Any:
 def _bohb(sweep: cfg.SweepConfig) -> Any:
     from ray.tune.schedulers import HyperBandForBOHB
 
-    return HyperBandForBOHB(time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor)
+    return HyperBandForBOHB(
+        time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor
+    )
 
 
 SCHEDULERS: dict[str, Callable[[cfg.SweepConfig], Any]] = {

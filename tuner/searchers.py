@@ -6,7 +6,8 @@ combination); the rest are model-based. Metric and mode reach them through TuneC
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tuner import config as cfg
 
@@ -14,7 +15,7 @@ from tuner import config as cfg
 def _variant_generator(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
     from ray.tune.search import BasicVariantGenerator
 
-    # Tune ignores TuneConfig.max_concurrent_trials for a generator passed in: set it here.
+    # Tune ignores TuneConfig.max_concurrent_trials for a generator: it takes its own.
     return BasicVariantGenerator(random_state=sweep.seed, max_concurrent=max_concurrent)
 
 
@@ -34,9 +35,9 @@ def _hyperopt(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
 
 def _bohb(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
     try:
-        from ray.tune.search.bohb import TuneBOHB
-        import hpbandster  # noqa: F401
         import ConfigSpace  # noqa: F401
+        import hpbandster  # noqa: F401
+        from ray.tune.search.bohb import TuneBOHB
     except ImportError as error:
         raise cfg.ConfigError(
             f"searcher 'bohb' needs the optional packages hpbandster and ConfigSpace ({error}); "
@@ -55,8 +56,10 @@ SEARCHERS: dict[str, Callable[[cfg.SweepConfig, int], Any]] = {
 
 
 def build_searcher(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
-    """The Tune search algorithm for a validated sweep, running at most ``max_concurrent`` trials.
+    """The Tune search algorithm for a validated sweep, running at most ``max_concurrent`` trials."""
+    from ray.tune.search import ConcurrencyLimiter, Searcher
 
-    Model-based searchers are wrapped in a ConcurrencyLimiter by TuneConfig.
-    """
-    return SEARCHERS[sweep.searcher.name](sweep, max_concurrent)
+    searcher = SEARCHERS[sweep.searcher.name](sweep, max_concurrent)
+    if isinstance(searcher, Searcher):  # model-based: propose only as many as can run
+        return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
+    return searcher

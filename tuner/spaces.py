@@ -109,6 +109,8 @@ def _check_range(kind: str, args: list[Any]) -> list[Any]:
         raise ValueError(f"{kind}: q must be > 0, but got q={args[2]}")
     if not all(math.isfinite(a) for a in args):
         raise ValueError(f"{kind}: bounds must be finite, but got {args!r}")
+    if quantized and not all(math.isclose(b / args[2], round(b / args[2])) for b in (low, high)):
+        raise ValueError(f"{kind}: low and high must be multiples of q, but got {args!r}")
     return args
 
 
@@ -122,8 +124,7 @@ def load_registry_space(name: str) -> dict[str, ParamSpec]:
     path = SPACES_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ValueError(
-            f"no search space named {name!r} in {SPACES_DIR}; "
-            f"choose one of: {', '.join(registry_names()) or '(none)'}"
+            f"no search space named {name!r} in {SPACES_DIR}; choose one of: {', '.join(registry_names()) or '(none)'}"
         )
     loaded = load_yaml(path, display_name=f"search_spaces/{name}.yaml")
     data = loaded.data

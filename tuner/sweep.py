@@ -55,11 +55,11 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
     """
     import ray
 
-    if ray.is_initialized():  # a caller (tests, notebooks) owns the connection
-        return False
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     # One snapshot per checkpoint is what resume needs; Tune warns about it every epoch.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    if ray.is_initialized():  # a caller (tests, notebooks) owns the connection
+        return False
     address = address or os.environ.get("RAY_ADDRESS")
     common = {"log_to_driver": verbose, "configure_logging": True, "logging_level": "INFO" if verbose else "WARNING"}
     if address:
@@ -97,18 +97,22 @@ def describe(sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: Sw
     specs = sweep.param_specs()
     searched = ", ".join(f"{k} ({s.kind})" for k, s in specs.items() if s.kind != "constant") or "nothing"
     device = "GPU" if use_gpu else "CPU"
-    return "\n".join([
-        f"sweep {sweep.name}: {sweep.trials.num_samples} trial(s) x up to {sweep.max_epochs} epoch(s) of "
-        f"{sweep.model.name} on {sweep.data.dataset} ({len(data.train)} train / {len(data.val)} val images)",
-        f"  search {searched}; searcher {sweep.searcher.name}, scheduler {sweep.scheduler.name}, "
-        f"{sweep.mode}imise {sweep.metric}",
-        f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x {sweep.scaling.cpus_per_worker:g} CPU "
-        f"on {device}",
-        f"  output: {paths.root}",
-    ])
+    return "\n".join(
+        [
+            f"sweep {sweep.name}: {sweep.trials.num_samples} trial(s) x up to {sweep.max_epochs} epoch(s) of "
+            f"{sweep.model.name} on {sweep.data.dataset} ({len(data.train)} train / {len(data.val)} val images)",
+            f"  search {searched}; searcher {sweep.searcher.name}, scheduler {sweep.scheduler.name}, "
+            f"{sweep.mode}imise {sweep.metric}",
+            f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x "
+            f"{sweep.scaling.cpus_per_worker:g} CPU on {device}",
+            f"  output: {paths.root}",
+        ]
+    )
 
 
-def build_tuner(sweep: SweepConfig, paths: SweepPaths, data_ref: Any, use_gpu: bool, slots: int, *, restore: bool = False) -> Any:
+def build_tuner(
+    sweep: SweepConfig, paths: SweepPaths, data_ref: Any, use_gpu: bool, slots: int, *, restore: bool = False
+) -> Any:
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
     from ray import tune
 
@@ -144,7 +148,6 @@ def build_tuner(sweep: SweepConfig, paths: SweepPaths, data_ref: Any, use_gpu: b
             search_alg=searchers.build_searcher(sweep, slots),
             scheduler=schedulers.build_scheduler(sweep),
             num_samples=sweep.trials.num_samples,
-            max_concurrent_trials=slots,
             time_budget_s=sweep.trials.time_budget_s,
             reuse_actors=False,
         ),
@@ -186,8 +189,12 @@ def run_sweep(
 
     paths = paths_for(sweep)
     data = load_training_data(
-        sweep.data.dataset, sweep.data.root, val_fraction=sweep.data.val_fraction,
-        train_subset=sweep.data.train_subset, seed=sweep.seed, download=sweep.data.download,
+        sweep.data.dataset,
+        sweep.data.root,
+        val_fraction=sweep.data.val_fraction,
+        train_subset=sweep.data.train_subset,
+        seed=sweep.seed,
+        download=sweep.data.download,
     )
     started_ray = start_ray(address, verbose=verbose)
     try:

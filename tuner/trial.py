@@ -218,8 +218,11 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     shards = _Shards(data, device, rank, world)
 
     model = build_model(
-        loop["model_name"], in_channels=data.channels, num_classes=data.num_classes,
-        image_size=data.size, options=loop["model_options"],
+        loop["model_name"],
+        in_channels=data.channels,
+        num_classes=data.num_classes,
+        image_size=data.size,
+        options=loop["model_options"],
     )
     start_epoch, resumed_from = 0, ""
     checkpoint = ray.train.get_checkpoint()
@@ -246,7 +249,9 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
         indices = shards.epoch_indices(loop["seed"], epoch)
         loss_sum = torch.zeros((), device=device)
         for step, begin in enumerate(range(0, len(indices), batch_size)):
-            lr = learning_rate(train["lr"], train["lr_schedule"], epoch * steps_per_epoch + step, epochs * steps_per_epoch)
+            lr = learning_rate(
+                train["lr"], train["lr_schedule"], epoch * steps_per_epoch + step, epochs * steps_per_epoch
+            )
             for group in optimizer.param_groups:
                 group["lr"] = lr
             x, y = shards.batch(shards.train_x, shards.train_y, indices[begin : begin + batch_size])
@@ -258,7 +263,9 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
             scaler.update()
             loss_sum += loss.detach() * len(y)
         _maybe_fail_once(loop, epoch)
-        val_loss, val_accuracy, train_loss = _evaluate(model, shards, loss_fn, amp_dtype, loss_sum, len(indices) * world)
+        val_loss, val_accuracy, train_loss = _evaluate(
+            model, shards, loss_fn, amp_dtype, loss_sum, len(indices) * world
+        )
         compute_s = time.perf_counter() - started
         metrics = {
             "epoch": epoch + 1,
@@ -276,8 +283,12 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
             if rank == 0:
                 unwrapped = model.module if hasattr(model, "module") else model
                 torch.save(
-                    {"model": unwrapped.state_dict(), "optimizer": optimizer.state_dict(),
-                     "epoch": epoch + 1, "trial_id": loop["trial_id"]},
+                    {
+                        "model": unwrapped.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "epoch": epoch + 1,
+                        "trial_id": loop["trial_id"],
+                    },
                     Path(folder) / CHECKPOINT_FILE,
                 )
                 report_checkpoint = ray.train.Checkpoint.from_directory(folder)

@@ -1,0 +1,296 @@
+"""The scheduler and searcher registries: every entry builds the right Tune object from a
+valid sweep, the registries and the config schema agree on the names, and every entry
+survives the same short sequence of fake trials (Syne Tune's contract test, in small).
+
+Only Tune's classes are used; Ray itself is never started.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import (
+    FIFOScheduler,
+    HyperBandForBOHB,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    TrialScheduler,
+)
+from ray.tune.schedulers.async_hyperband import AsyncHyperBandScheduler
+from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
+from ray.tune.search.sample import Domain
+
+from tuner import config, schedulers, searchers, spaces
+from tuner.config import SweepConfig
+
+METRIC, MODE = "val_accuracy", "max"
+EPOCHS = 4
+
+SCHEDULER_CLASSES = {
+    "fifo": FIFOScheduler,
+    "asha": AsyncHyperBandScheduler,  # what tune.schedulers.ASHAScheduler names
+    "hyperband": HyperBandScheduler,
+    "median": MedianStoppingRule,
+    "pbt": PopulationBasedTraining,
+    "bohb": HyperBandForBOHB,
+}
+
+
+def searcher_class(name: str) -> type:
+    if name in ("random", "grid"):
+        return BasicVariantGenerator
+    if name == "optuna":
+        from ray.tune.search.optuna import OptunaSearch
+
+        return OptunaSearch
+    if name == "hyperopt":
+        from ray.tune.search.hyperopt import HyperOptSearch
+
+        return HyperOptSearch
+    if name == "bohb":
+        from ray.tune.search.bohb import TuneBOHB
+
+        return TuneBOHB
+    raise KeyError(f"add searcher {name!r} to searcher_class() in this test")
+
+
+# A space every model-based searcher can take: no grid, no quantization (bohb drops it).
+PARAMS = {
+    "lr": {"loguniform": [1.0e-4, 1.0e-2]},
+    "dropout": {"uniform": [0.0, 0.5]},
+    "conv1": {"randint": [8, 33]},
+    "optimizer": {"choice": ["adam", "sgd"]},
+    "momentum": 0.9,
+}
+
+
+def sweep_with(scheduler: str = "fifo", searcher: str = "random", **extra: Any) -> SweepConfig:
+    """A valid sweep for a scheduler/searcher pair, with the partner each one needs."""
+    if "bohb" in (scheduler, searcher):
+        scheduler = searcher = "bohb"
+    params = dict(PARAMS)
+    if searcher == "grid":
+        params["batch_size"] = {"grid": [64, 128]}
+    return SweepConfig.model_validate(
+        {
+            "name": "registry_test",
+            "seed": 3,
+            "train": {"epochs": EPOCHS},
+            "scheduler": {"name": scheduler, **extra},
+            "searcher": {"name": searcher},
+            "space": {"params": params},
+        }
+    )
+
+
+def literal_names(union_annotation: Any) -> set[str]:
+    """The ``name`` Literals of the models in a discriminated union (config.SchedulerConfig, ...)."""
+    union = typing.get_args(union_annotation)[0]
+    names = set()
+    for model in typing.get_args(union):
+        names.update(typing.get_args(model.model_fields["name"].annotation))
+    return names
+
+
+# --- names --------------------------------------------------------------------------------
+def test_scheduler_registry_matches_the_schema():
+    assert set(schedulers.SCHEDULERS) == literal_names(config.SchedulerConfig)
+    assert set(SCHEDULER_CLASSES) == set(schedulers.SCHEDULERS)
+
+
+def test_searcher_registry_matches_the_schema():
+    assert set(searchers.SEARCHERS) == literal_names(config.SearcherConfig)
+
+
+def test_registry_names_are_lower_case():
+    for name in (*schedulers.SCHEDULERS, *searchers.SEARCHERS):
+        assert name == name.lower()
+
+
+# --- building -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(schedulers.SCHEDULERS))
+def test_every_scheduler_builds(name):
+    sweep = sweep_with(scheduler=name)
+    built = schedulers.build_scheduler(sweep)
+    assert type(built) is SCHEDULER_CLASSES[name]
+    assert built.set_search_properties(METRIC, MODE) is True
+    assert built.metric == METRIC
+
+
+def test_pbt_mutates_every_sampled_parameter_by_default():
+    mutations = schedulers.pbt_mutations(sweep_with("pbt"))
+    assert set(mutations) == {"lr", "dropout", "conv1", "optimizer"}  # not the constant momentum
+    assert all(isinstance(domain, Domain) for domain in mutations.values())
+
+
+def test_pbt_takes_explicit_mutations():
+    sweep = sweep_with("pbt", mutations={"lr": {"loguniform": [1.0e-4, 1.0e-1]}})
+    mutations = schedulers.pbt_mutations(sweep)
+    assert list(mutations) == ["lr"]
+    assert mutations["lr"].upper == pytest.approx(1.0e-1)
+
+
+@pytest.mark.parametrize(
+    "scheduler, space",
+    [
+        pytest.param({"name": "pbt"}, {"use": "cnn"}, id="registry_space"),
+        pytest.param({"name": "pbt", "mutations": {"lr": 0.01}}, {}, id="constant_mutation"),
+        pytest.param({"name": "pbt", "mutations": {"lr": {"grid": [0.01, 0.1]}}}, {}, id="grid_mutation"),
+        pytest.param({"name": "pbt"}, {"params": {"lr": {"grid": [0.01, 0.1]}}}, id="grid_only_space"),
+    ],
+)
+def test_a_pbt_sweep_that_validates_can_be_built(scheduler, space):
+    try:
+        sweep = SweepConfig.model_validate(
+            {"name": "t", "train": {"epochs": 3}, "scheduler": scheduler, "space": space}
+        )
+    except ValidationError:
+        return  # refused at load: fine
+    built = schedulers.build_scheduler(sweep)
+    assert isinstance(built, PopulationBasedTraining)
+    mutations = schedulers.pbt_mutations(sweep)
+    assert mutations
+    assert all(isinstance(v, (Domain, list)) for v in mutations.values()), mutations
+
+
+@pytest.mark.parametrize(
+    "scheduler, space",
+    [
+        pytest.param({"name": "pbt"}, {"params": {"lr": {"grid": [0.01, 0.1]}, "momentum": 0.9}}, id="grid_only_space"),
+        pytest.param({"name": "pbt"}, {"params": {"momentum": 0.9}}, id="constant_space"),
+        pytest.param({"name": "pbt", "mutations": {"lr": 0.01}}, {}, id="constant_mutation"),
+        pytest.param({"name": "pbt", "mutations": {"lr": {"grid": [0.01, 0.1]}}}, {}, id="grid_mutation"),
+    ],
+)
+def test_a_pbt_sweep_with_nothing_to_mutate_is_refused(scheduler, space):
+    refused = r"scheduler\.mutations(\.lr)?: pbt (needs something to mutate|mutates with)"
+    with pytest.raises(ValidationError, match=refused):
+        SweepConfig.model_validate({"name": "t", "train": {"epochs": 3}, "scheduler": scheduler, "space": space})
+
+
+def unwrap(search_alg: Any) -> Any:
+    """The searcher inside Tune's ConcurrencyLimiter, else the object itself."""
+    return search_alg.searcher if isinstance(search_alg, ConcurrencyLimiter) else search_alg
+
+
+@pytest.mark.parametrize("name", sorted(searchers.SEARCHERS))
+def test_every_searcher_builds(name):
+    sweep = sweep_with(searcher=name)
+    assert type(searchers.SEARCHERS[name](sweep, 2)) is searcher_class(name)
+    built = searchers.build_searcher(sweep, 2)
+    assert type(unwrap(built)) is searcher_class(name)
+    if built is not unwrap(built):
+        assert built.max_concurrent == 2
+
+
+def test_the_variant_generator_gets_the_concurrency_limit():
+    built = searchers.build_searcher(sweep_with(searcher="random"), 3)
+    assert type(built) is BasicVariantGenerator
+    assert built.max_concurrent == 3
+
+
+# --- contract: every scheduler through the same fake trials ------------------------------------
+class FakeController:
+    """The part of Tune's TuneController that these schedulers call (no Ray behind it)."""
+
+    search_alg = None
+
+    def __init__(self, trials: list[Trial]):
+        self.trials = trials
+
+    def get_trials(self) -> list[Trial]:
+        return self.trials
+
+    def get_live_trials(self) -> list[Trial]:
+        return [t for t in self.trials if t.status != Trial.TERMINATED]
+
+
+def drive(scheduler: TrialScheduler, accuracies: list[float]) -> dict[str, tuple[int, str]]:
+    """Report one result per epoch per running trial; trial i scores ``accuracies[i]``.
+
+    Returns each trial's last epoch and the decision it got there.
+    """
+    trials = [Trial("__fake", config={}, trial_id=f"t{i}", stub=True) for i in range(len(accuracies))]
+    controller = FakeController(trials)
+    for trial in trials:
+        trial.status = Trial.RUNNING
+        scheduler.on_trial_add(controller, trial)
+    last: dict[str, tuple[int, str]] = {}
+    for epoch in range(1, EPOCHS + 1):
+        for trial, accuracy in zip(trials, accuracies, strict=True):
+            if trial.status != Trial.RUNNING:
+                continue
+            result = {schedulers.TIME_ATTR: epoch, METRIC: accuracy, "time_total_s": float(epoch)}
+            decision = scheduler.on_trial_result(controller, trial, result)
+            assert decision in (TrialScheduler.CONTINUE, TrialScheduler.PAUSE, TrialScheduler.STOP)
+            last[trial.trial_id] = (epoch, decision)
+            if decision == TrialScheduler.STOP:
+                trial.status = Trial.TERMINATED
+            elif decision == TrialScheduler.PAUSE:
+                trial.status = Trial.PAUSED
+    return last
+
+
+# Trial t0 is best, t3 worst: the last (epoch, decision) of each, per scheduler. HyperBand,
+# BOHB and PBT pause or clone trials through the controller's internals, so they are not
+# driven here (the integration tests run them on a real Ray).
+CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP
+EXPECTED_LAST = {
+    "fifo": {"t0": (EPOCHS, CONTINUE), "t3": (EPOCHS, CONTINUE)},
+    # the worst stops at the grace period; the best runs until max_t = train.epochs stops it
+    "asha": {"t0": (EPOCHS, STOP), "t3": (1, STOP)},
+    "median": {"t0": (EPOCHS, CONTINUE), "t3": (1, STOP)},
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_LAST))
+def test_scheduler_contract_with_fake_trials(name):
+    scheduler = schedulers.build_scheduler(sweep_with(name))
+    assert scheduler.set_search_properties(METRIC, MODE)
+    last = drive(scheduler, [0.9, 0.7, 0.5, 0.3])
+    assert {trial: last[trial] for trial in ("t0", "t3")} == EXPECTED_LAST[name]
+
+
+def test_asha_never_stops_anyone_before_the_grace_period():
+    scheduler = schedulers.build_scheduler(sweep_with("asha", grace_period=2))
+    scheduler.set_search_properties(METRIC, MODE)
+    last = drive(scheduler, [0.9, 0.7, 0.5, 0.3])
+    assert all(epoch >= 2 for epoch, _ in last.values())
+    assert last["t3"] == (2, TrialScheduler.STOP)
+
+
+# --- contract: every model-based searcher suggests inside the space -----------------------------
+MODEL_BASED = sorted(set(searchers.SEARCHERS) - {"random", "grid"})
+
+
+def suggestions(name: str, count: int) -> list[dict[str, Any]]:
+    sweep = sweep_with(searcher=name)
+    searcher = searchers.build_searcher(sweep, 2)
+    assert searcher.set_search_properties(METRIC, MODE, spaces.to_param_space(sweep.param_specs()))
+    suggested = []
+    for index in range(count):
+        trial_id = f"t{index}"
+        suggestion = searcher.suggest(trial_id)
+        suggested.append(suggestion)
+        searcher.on_trial_complete(trial_id, {METRIC: 0.5 + 0.01 * index, schedulers.TIME_ATTR: EPOCHS})
+    return suggested
+
+
+@pytest.mark.parametrize("name", MODEL_BASED)
+def test_searcher_contract_suggests_inside_the_space(name):
+    for suggestion in suggestions(name, 6):
+        assert 1.0e-4 <= suggestion["lr"] <= 1.0e-2
+        assert 0.0 <= suggestion["dropout"] <= 0.5
+        assert 8 <= suggestion["conv1"] < 33 and float(suggestion["conv1"]).is_integer()
+        assert str(suggestion["optimizer"]) in ("adam", "sgd")
+        assert suggestion.get("momentum", 0.9) == 0.9
+
+
+@pytest.mark.parametrize("name", MODEL_BASED)
+def test_searcher_is_seeded_by_the_sweep(name):
+    assert suggestions(name, 2) == suggestions(name, 2)
