@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -54,3 +55,72 @@ def assert_no_leaks(timeout_s: float = 60.0) -> None:
             names = sorted(a.class_name for a in actors)
             raise AssertionError(f"left after the sweep: {len(groups)} placement group(s), actors {names}")
         time.sleep(1.0)
+
+
+def recorded_sweep(tmp_path: Path, trials: int = 2) -> tuple[Path, Any]:
+    """A real MLflow store written through tuner.tracking (no Ray): a parent and ``trials`` children."""
+    from tuner.config import SweepConfig
+    from tuner.tracking import SweepRecord
+
+    sweep = SweepConfig.model_validate({"name": "ui_check", "output_dir": str(tmp_path / "runs")})
+    sweep_dir = tmp_path / "runs" / "ui_check"
+    (sweep_dir / "tune").mkdir(parents=True)
+    record = SweepRecord(sweep, sweep_dir)
+    for index in range(trials):
+        trial_id = f"abcde_{index:05d}"
+        for epoch in (1, 2):
+            result = {"training_iteration": epoch, "val_accuracy": 0.5 + 0.1 * epoch, "val_loss": 1.0 / epoch}
+            record.log_result(trial_id, {"lr": 0.001 * (index + 1)}, result)
+        record.end_trial(trial_id, {"lr": 0.001 * (index + 1)}, "finished")
+    return tmp_path / "runs", record
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_ui(output: Path):
+    """``python -m tuner ui`` in a subprocess; yields (process, mlflow_url, tensorboard_url)."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    tb_port, mlflow_port = free_port(), free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tuner",
+            "ui",
+            str(output),
+            "--tensorboard-port",
+            str(tb_port),
+            "--mlflow-port",
+            str(mlflow_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    mlflow_url, tb_url = f"http://127.0.0.1:{mlflow_port}", f"http://127.0.0.1:{tb_port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(mlflow_url, timeout=2)
+                urllib.request.urlopen(tb_url, timeout=2)
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"tuner ui did not come up: {process.communicate(timeout=30)}") from None
+                time.sleep(0.5)
+        yield process, mlflow_url, tb_url
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -253,7 +253,7 @@ BAD = [
         "name: x\nschedular:\n  name: asha\n",
         2,
         r"schedular: unknown key 'schedular'; did you mean 'scheduler'\? \(valid keys: checkpoint, data, .*scheduler, "
-        r"searcher, seed, space, train, trials\)$",
+        r"searcher, seed, space, tracking, train, trials\)$",
         "unknown key 'schedular'",
     ),
     Bad(

@@ -44,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dry-run", action="store_true", help="validate and print the resolved config only")
     sweep.set_defaults(handler=cmd_sweep)
 
+    ui = commands.add_parser("ui", help="TensorBoard and the MLflow UI on a sweep's outputs")
+    ui.add_argument("output", nargs="?", default="runs", help="output folder (runs/) or one sweep's folder")
+    ui.add_argument("--host", default="127.0.0.1", help="bind address for both servers (default 127.0.0.1)")
+    ui.add_argument("--tensorboard-port", type=int, default=6006)
+    ui.add_argument("--mlflow-port", type=int, default=5000)
+    ui.set_defaults(handler=cmd_ui)
+
     validate = commands.add_parser("validate", help="check a sweep file and print the resolved config")
     _add_sweep_file(validate)
     validate.set_defaults(handler=cmd_validate)
@@ -79,7 +86,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     hyper = yaml.safe_load((best / "config.yaml").read_text())["hyperparameters"]
     print("  hyperparameters: " + ", ".join(f"{k}={_short(v)}" for k, v in hyper.items()))
     print(f"  exported to {best}")
+    if metrics.get("model_version"):
+        from tuner.tracking import registered_model_name, tracking_uri
+
+        print(
+            f"  MLflow: {tracking_uri(sweep)}, registered model "
+            f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
+        )
     return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tuner.ui import serve
+
+    return serve(
+        Path(args.output), host=args.host, tensorboard_port=args.tensorboard_port, mlflow_port=args.mlflow_port
+    )
 
 
 def _short(value: Any) -> str:

@@ -216,6 +216,17 @@ class CheckpointConfig(Strict):
     keep: int = Field(2, ge=1)  # per trial, the best by the sweep metric
 
 
+class MlflowConfig(Strict):
+    enabled: bool = True
+    tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<output_dir>/mlflow.db
+    experiment: str | None = None  # None: the sweep name
+    registered_model: str | None = None  # None: <dataset>_<model>, e.g. mnist_cnn
+
+
+class TrackingConfig(Strict):
+    mlflow: MlflowConfig = MlflowConfig()
+
+
 class SweepConfig(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     metric: Literal["val_accuracy", "val_loss", "train_loss"] = "val_accuracy"
@@ -231,6 +242,7 @@ class SweepConfig(Strict):
     trials: TrialsConfig = TrialsConfig()
     scaling: ScalingConfig = ScalingConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    tracking: TrackingConfig = TrackingConfig()
 
     @model_validator(mode="after")
     def _check(self) -> SweepConfig:

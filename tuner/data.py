@@ -11,6 +11,7 @@ import functools
 import gzip
 import os
 import pickle
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,9 +121,12 @@ def ensure_available(name: str, root: Path, *, download: bool) -> None:
         return
     if not download:
         raise _missing_error(name, root, "download is off")
+    created = [p for p in (root, root / DATASETS[name].folder) if not p.exists()]
     try:
         _download(name, root)
     except Exception as error:  # noqa: BLE001 - any network/IO failure means "not available"
+        for folder in reversed(created):  # leave no empty folders behind
+            shutil.rmtree(folder, ignore_errors=True)
         raise _missing_error(name, root, f"download failed: {type(error).__name__}") from None
     if not _files_present(name, root):
         raise _missing_error(name, root, "download left no files")

@@ -31,6 +31,13 @@ class ExportedModel:
     model: torch.nn.Module
     config: dict[str, Any]
     metrics: dict[str, Any]
+    example: np.ndarray | None = None  # a few uint8 input images, for MLflow's signature
+
+    def example_input(self) -> np.ndarray:
+        """The model's input for ``example``: normalised float32 ``[N, C, H, W]``."""
+        data = self.config["data"]
+        images = torch.from_numpy(np.array(self.example))
+        return normalise(images, tuple(data["mean"]), tuple(data["std"])).numpy()
 
     @torch.no_grad()
     def predict(self, images: np.ndarray | torch.Tensor, batch_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
@@ -84,8 +91,8 @@ def best_trial_checkpoint(results: Any, metric: str, mode: str) -> tuple[Any, An
     return best, checkpoint, metrics
 
 
-def export_best(sweep: Any, paths: Any, results: Any) -> dict[str, Any]:
-    """Write ``best/`` for a finished sweep; returns its metrics.json content."""
+def export_best(sweep: Any, paths: Any, results: Any) -> ExportedModel:
+    """Write ``best/`` for a finished sweep; returns the model with its metrics.json content."""
     from tuner.trial import TrialSetup, load_state, resolve_hyperparameters
 
     best, checkpoint, val_metrics = best_trial_checkpoint(results, sweep.metric, sweep.mode)
@@ -144,7 +151,9 @@ def export_best(sweep: Any, paths: Any, results: Any) -> dict[str, Any]:
         "checkpoint": str(checkpoint.path),
     }
     write_package(paths.best, model, config, metrics)
-    return metrics
+    exported.metrics = metrics
+    exported.example = test.images[:2]
+    return exported
 
 
 @torch.no_grad()

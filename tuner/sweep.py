@@ -116,7 +116,7 @@ def build_tuner(
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
     from ray import tune
 
-    from tuner import schedulers, searchers, spaces
+    from tuner import schedulers, searchers, spaces, tracking
     from tuner.trial import TrialSetup, trial_driver
 
     fail_at = os.environ.get("TUNER_TEST_FAIL_AT_EPOCH")
@@ -158,6 +158,7 @@ def build_tuner(
                 num_to_keep=keep, checkpoint_score_attribute=sweep.metric, checkpoint_score_order=sweep.mode
             ),
             failure_config=tune.FailureConfig(max_failures=sweep.trials.max_failures),
+            callbacks=[tracking.make_callback(sweep, paths.root)] if sweep.tracking.mlflow.enabled else [],
             verbose=1,
         ),
     )
@@ -184,7 +185,7 @@ def run_sweep(
     """Run (or resume) a sweep end to end, then export its best model."""
     import ray
 
-    from tuner import export
+    from tuner import export, tracking
     from tuner.data import load_training_data
 
     paths = paths_for(sweep)
@@ -208,7 +209,13 @@ def run_sweep(
         tuner = build_tuner(sweep, paths, data_ref, use_gpu, slots, restore=resume)
         results = tuner.fit()
         del data_ref
-        return SweepOutcome(paths, results, export.export_best(sweep, paths, results))
+        exported = export.export_best(sweep, paths, results)
+        if sweep.tracking.mlflow.enabled:
+            record = tracking.SweepRecord(sweep, paths.root)
+            exported.metrics["model_version"] = record.finish(
+                exported.metrics, paths.best, exported.model, exported.example_input()
+            )
+        return SweepOutcome(paths, results, exported.metrics)
     finally:
         if started_ray:
             ray.shutdown()

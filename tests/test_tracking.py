@@ -1,0 +1,126 @@
+"""After a real sweep: MLflow holds one parent and a nested run per trial, a registered
+model that loads and predicts, and TensorBoard holds every trial's scalars and hparams."""
+
+from __future__ import annotations
+
+import glob
+
+import numpy as np
+import pytest
+from integration_helpers import data_root, small_sweep
+
+from tuner.config import SweepConfig
+from tuner.sweep import run_sweep
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def finished(local_ray, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("tracking")
+    sweep = SweepConfig.model_validate(
+        small_sweep(
+            tmp_path,
+            space={"params": {"lr": {"grid": [3e-3, 1e-6, 2e-3]}, "dropout": {"uniform": [0.1, 0.4]}}},
+            scheduler={"name": "asha", "grace_period": 1, "reduction_factor": 2},
+            trials={"num_samples": 1},
+            tracking={"mlflow": {"registered_model": "it_cnn"}},
+        )
+    )
+    return sweep, run_sweep(sweep)
+
+
+@pytest.fixture(scope="module")
+def client(finished):
+    from mlflow.tracking import MlflowClient
+
+    from tuner.tracking import tracking_uri
+
+    return MlflowClient(tracking_uri(finished[0]))
+
+
+def test_one_parent_run_and_one_nested_run_per_trial(finished, client):
+    sweep, outcome = finished
+    experiment = client.get_experiment_by_name(sweep.name)
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1
+    (parent,) = parents
+    trial_ids = {result.metrics["trial_id"] for result in outcome.results}
+    assert {r.data.tags["tuner.trial_id"] for r in children} == trial_ids
+    assert len(children) == len(trial_ids) == 3
+    assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in children)
+
+    assert parent.data.params["scheduler"] == "asha" and parent.data.params["searcher"] == "random"
+    assert parent.data.metrics["best_val_accuracy"] == pytest.approx(outcome.best["val_accuracy"])
+    assert parent.data.metrics["best_test_accuracy"] == pytest.approx(outcome.best["test_accuracy"])
+    assert parent.info.status == "FINISHED"
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert "sweep.yaml" in artifacts and "best" in artifacts
+
+
+def test_trial_runs_hold_params_per_epoch_metrics_and_status(finished, client):
+    sweep, outcome = finished
+    results = {result.metrics["trial_id"]: result for result in outcome.results}
+    experiment = client.get_experiment_by_name(sweep.name)
+    children = client.search_runs([experiment.experiment_id], "tags.tuner.kind = 'trial'")
+    statuses = set()
+    for run in children:
+        result = results[run.data.tags["tuner.trial_id"]]
+        assert float(run.data.params["lr"]) == pytest.approx(result.config["lr"])
+        assert float(run.data.params["dropout"]) == pytest.approx(result.config["dropout"])
+        history = client.get_metric_history(run.info.run_id, "val_accuracy")
+        epochs = result.metrics_dataframe["val_accuracy"].tolist()
+        assert [m.step for m in history] == list(range(1, len(epochs) + 1))
+        assert [m.value for m in history] == pytest.approx(epochs)
+        for name in ("train_loss", "val_loss"):
+            assert len(client.get_metric_history(run.info.run_id, name)) == len(epochs)
+        statuses.add(run.data.tags["tuner.status"])
+        assert run.info.status == "FINISHED"
+    # lr=1e-6 cannot learn: ASHA stops it after one epoch and the run says so.
+    assert statuses == {"finished", "stopped_early"}
+
+
+def test_the_best_model_is_registered_and_loads_with_mlflow(finished, client):
+    import mlflow.pytorch
+    import torch
+
+    from tuner.data import load_test_split, normalise
+
+    sweep, outcome = finished
+    versions = client.search_model_versions("name='it_cnn'")
+    assert len(versions) == 1
+    version = versions[0]
+    assert version.tags["trial_id"] == outcome.best["trial_id"]
+    assert version.tags["sweep"] == sweep.name
+    assert str(outcome.best["model_version"]) == str(version.version)
+
+    model = mlflow.pytorch.load_model(f"models:/it_cnn/{version.version}", map_location="cpu")
+    test = load_test_split("mnist", str(data_root()), download=False)
+    x = normalise(torch.from_numpy(np.array(test.images[:1000])), (0.1307,), (0.3081,))
+    with torch.no_grad():
+        predicted = model(x).argmax(1).numpy()
+    assert (predicted == test.labels[:1000]).mean() > 0.5
+
+
+def test_tensorboard_has_every_trials_scalars_and_hparams(finished):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    sweep, outcome = finished
+    folders = sorted(glob.glob(str(outcome.paths.tune / "trial_driver_*")))
+    assert len(folders) == 3
+    for folder in folders:
+        events = EventAccumulator(folder, size_guidance={"scalars": 0, "tensors": 0})
+        events.Reload()
+        scalars = events.Tags()["scalars"]
+        for metric in ("val_accuracy", "val_loss", "train_loss"):
+            assert f"ray/tune/{metric}" in scalars
+        steps = [e.step for e in events.Scalars("ray/tune/val_accuracy")]
+        assert steps == list(range(1, len(steps) + 1))
+        hparams = events.PluginTagToContent("hparams")
+        start = plugin_data_pb2.HParamsPluginData.FromString(hparams["_hparams_/session_start_info"])
+        assert {"lr", "dropout"} <= set(start.session_start_info.hparams)
+        experiment = plugin_data_pb2.HParamsPluginData.FromString(hparams["_hparams_/experiment"])
+        assert "ray/tune/val_accuracy" in {m.name.tag for m in experiment.experiment.metric_infos}
