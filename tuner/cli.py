@@ -44,6 +44,33 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dry-run", action="store_true", help="validate and print the resolved config only")
     sweep.set_defaults(handler=cmd_sweep)
 
+    resume = commands.add_parser("resume", help="continue an interrupted sweep from its output folder")
+    resume.add_argument("folder", help="the sweep's output folder, e.g. runs/mnist_asha")
+    resume.add_argument("--address", help="join an existing Ray cluster (else $RAY_ADDRESS, else a local Ray)")
+    resume.add_argument("--verbose", action="store_true", help="show Ray's worker logs")
+    resume.set_defaults(handler=cmd_resume)
+
+    status = commands.add_parser("status", help="the trials of a sweep and the best so far")
+    status.add_argument("folder", help="the sweep's output folder, e.g. runs/mnist_asha")
+    status.set_defaults(handler=cmd_status)
+
+    best = commands.add_parser("best", help="the best trial's hyperparameters and metrics")
+    best.add_argument("folder", help="the sweep's output folder, e.g. runs/mnist_asha")
+    best.set_defaults(handler=cmd_best)
+
+    export = commands.add_parser("export", help="(re)write the best model package")
+    export.add_argument("folder", help="the sweep's output folder, e.g. runs/mnist_asha")
+    export.add_argument("--to", help="destination folder (default: <folder>/best)")
+    export.add_argument("--format", choices=["state_dict", "torchscript"], default="state_dict")
+    export.set_defaults(handler=cmd_export)
+
+    predict = commands.add_parser("predict", help="batch predictions of an exported model to CSV")
+    predict.add_argument("model_dir", help="an exported model folder, e.g. runs/mnist_asha/best")
+    predict.add_argument("--data", required=True, help="mnist:test, fashion_mnist:test, a .npy/IDX file or a folder")
+    predict.add_argument("--out", default="predictions.csv", help="CSV to write (default predictions.csv)")
+    predict.add_argument("--batch-size", type=int, default=1024)
+    predict.set_defaults(handler=cmd_predict)
+
     ui = commands.add_parser("ui", help="TensorBoard and the MLflow UI on a sweep's outputs")
     ui.add_argument("output", nargs="?", default="runs", help="output folder (runs/) or one sweep's folder")
     ui.add_argument("--host", default="127.0.0.1", help="bind address for both servers (default 127.0.0.1)")
@@ -76,8 +103,104 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from tuner.sweep import paths_for, run_sweep
 
     sweep = _load(args)
-    metrics = run_sweep(sweep, address=args.address, verbose=args.verbose).best
-    best = paths_for(sweep).best
+    _print_outcome(sweep, run_sweep(sweep, address=args.address, verbose=args.verbose).best, paths_for(sweep).best)
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from tuner.results import open_sweep
+    from tuner.sweep import can_resume, run_sweep
+
+    sweep, paths = open_sweep(args.folder)
+    if not can_resume(paths):
+        raise TunerError(f"{paths.root}: no Tune experiment state to resume in {paths.tune}")
+    _print_outcome(sweep, run_sweep(sweep, address=args.address, verbose=args.verbose, resume=True).best, paths.best)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from tuner.results import best_trial, open_sweep, trial_summaries
+
+    sweep, paths = open_sweep(args.folder)
+    summaries = trial_summaries(sweep, paths)
+    print(
+        f"sweep {sweep.name}: {len(summaries)} of {sweep.trials.num_samples} trial(s) started; {sweep.mode}imise "
+        f"{sweep.metric}"
+    )
+    print(f"{'trial':<14}{'status':<15}{'epochs':>7}{'best ' + sweep.metric:>20}{'at epoch':>10}")
+    for trial in summaries:
+        value = f"{trial.best_value:.4f}" if trial.best_value is not None else "-"
+        print(f"{trial.trial_id:<14}{trial.status:<15}{trial.epochs:>7}{value:>20}{trial.best_epoch or '-':>10}")
+    counts: dict[str, int] = {}
+    for trial in summaries:
+        counts[trial.status] = counts.get(trial.status, 0) + 1
+    print("  " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    if any(t.best_value is not None for t in summaries):
+        best = best_trial(sweep, summaries)
+        print(f"best so far: {best.trial_id} at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}")
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    from tuner.results import best_trial, open_sweep, trial_summaries
+
+    sweep, paths = open_sweep(args.folder)
+    best = best_trial(sweep, trial_summaries(sweep, paths))
+    print(
+        f"best trial {best.trial_id} ({best.status}) at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}"
+    )
+    print("hyperparameters:")
+    for key, value in best.config.items():
+        print(f"  {key}: {_short(value)}")
+    exported = paths.best / "metrics.json"
+    if exported.is_file():
+        import json
+
+        metrics = json.loads(exported.read_text())
+        if metrics.get("trial_id") == best.trial_id:
+            print(f"test_accuracy: {metrics['test_accuracy']:.4f} (exported in {paths.best})")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tuner import export
+    from tuner.results import open_sweep, result_grid
+
+    sweep, paths = open_sweep(args.folder)
+    to = Path(args.to).resolve() if args.to else paths.best
+    exported = export.export_best(sweep, paths, result_grid(sweep, paths), to=to, format=args.format)
+    metrics = exported.metrics
+    print(
+        f"exported trial {metrics['trial_id']} at epoch {metrics['epoch']} ({args.format}) to {to}: "
+        f"{sweep.metric}={metrics[sweep.metric]:.4f}, test_accuracy={metrics['test_accuracy']:.4f}"
+    )
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from tuner.predict import predict_to_csv
+
+    summary = predict_to_csv(args.model_dir, args.data, args.out, batch_size=args.batch_size)
+    line = f"wrote {summary['images']} predictions to {args.out} in {summary['seconds']:.1f} s"
+    if "accuracy" in summary:
+        line += f"; accuracy against the labels: {summary['accuracy']:.4f}"
+    print(line)
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tuner.ui import serve
+
+    return serve(
+        Path(args.output), host=args.host, tensorboard_port=args.tensorboard_port, mlflow_port=args.mlflow_port
+    )
+
+
+def _print_outcome(sweep: Any, metrics: dict[str, Any], best: Any) -> None:
     print(
         f"\nbest trial {metrics['trial_id']} at epoch {metrics['epoch']}: "
         f"{sweep.metric}={metrics[sweep.metric]:.4f}, test_accuracy={metrics['test_accuracy']:.4f} "
@@ -93,17 +216,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             f"  MLflow: {tracking_uri(sweep)}, registered model "
             f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
         )
-    return 0
-
-
-def cmd_ui(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from tuner.ui import serve
-
-    return serve(
-        Path(args.output), host=args.host, tensorboard_port=args.tensorboard_port, mlflow_port=args.mlflow_port
-    )
 
 
 def _short(value: Any) -> str:
@@ -122,4 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("tuner: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        from tuner.sweep import SweepInterrupted
+
+        if not isinstance(error, SweepInterrupted):
+            raise
+        print(f"tuner: {error}; continue it with: python -m tuner resume {error.folder}", file=sys.stderr)
         return 130

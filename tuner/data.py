@@ -180,10 +180,11 @@ def load_training_data(
     )
 
 
-def load_test_split(name: str, root: str | None, *, download: bool = True) -> Split:
+def load_test_split(name: str, root: str | None, *, download: bool = True, train: bool = False) -> Split:
+    """The test split (or, with ``train``, the whole training split), downloading if allowed."""
     path = resolve_root(root)
     ensure_available(name, path, download=download)
-    return load_split(name, path, False)
+    return load_split(name, path, train)
 
 
 def normalise(images_uint8, mean: tuple[float, ...], std: tuple[float, ...]):

@@ -8,7 +8,9 @@ metrics at the chosen epoch, test metrics computed here, trial id and epoch).
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,8 @@ from tuner.data import DATASETS, load_test_split, normalise
 from tuner.errors import TunerError
 from tuner.models import build_model
 
-MODEL_FILE, CONFIG_FILE, METRICS_FILE = "model.pt", "config.yaml", "metrics.json"
+MODEL_FILE, SCRIPT_FILE, CONFIG_FILE, METRICS_FILE = "model.pt", "model.ts", "config.yaml", "metrics.json"
+FORMATS = ("state_dict", "torchscript")
 
 
 @dataclass
@@ -43,7 +46,7 @@ class ExportedModel:
     def predict(self, images: np.ndarray | torch.Tensor, batch_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
         """Classes and confidences for uint8 images ``[N, C, H, W]`` (or ``[N, H, W]``)."""
         data = self.config["data"]
-        images = torch.as_tensor(images)
+        images = torch.from_numpy(np.array(images)) if isinstance(images, np.ndarray) else torch.as_tensor(images)
         if images.dim() == 3:
             images = images.unsqueeze(1)
         classes, confidences = [], []
@@ -60,21 +63,32 @@ class ExportedModel:
 def load_best(path: str | Path) -> ExportedModel:
     """Rebuild an exported model (no Ray needed); weights load with ``weights_only=True``."""
     folder = Path(path)
-    missing = [name for name in (MODEL_FILE, CONFIG_FILE, METRICS_FILE) if not (folder / name).is_file()]
+    weights = folder / SCRIPT_FILE if (folder / SCRIPT_FILE).is_file() else folder / MODEL_FILE
+    missing = [p.name for p in (weights, folder / CONFIG_FILE, folder / METRICS_FILE) if not p.is_file()]
     if missing:
         raise TunerError(f"{folder} is not an exported model folder (missing {', '.join(missing)})")
-    config = yaml.safe_load((folder / CONFIG_FILE).read_text())
-    data = config["data"]
-    model = build_model(
-        config["model"]["name"],
-        in_channels=data["channels"],
-        num_classes=data["num_classes"],
-        image_size=data["size"],
-        options=config["model"]["options"],
-    )
-    model.load_state_dict(torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True))
+    try:
+        metrics = json.loads((folder / METRICS_FILE).read_text())
+        config = yaml.safe_load((folder / CONFIG_FILE).read_text())
+        data = config["data"]
+        if weights.name == SCRIPT_FILE:
+            with warnings.catch_warnings():  # TorchScript is deprecated upstream, still what users ask for
+                warnings.simplefilter("ignore", FutureWarning)
+                model = torch.jit.load(str(weights), map_location="cpu")
+        else:
+            model = build_model(
+                config["model"]["name"],
+                in_channels=data["channels"],
+                num_classes=data["num_classes"],
+                image_size=data["size"],
+                options=config["model"]["options"],
+            )
+            model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    except (KeyError, TypeError, ValueError, RuntimeError, yaml.YAMLError, pickle.UnpicklingError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise TunerError(f"{folder}: not a loadable tuner export ({type(error).__name__}: {reason})") from None
     model.eval()
-    return ExportedModel(model, config, json.loads((folder / METRICS_FILE).read_text()))
+    return ExportedModel(model, config, metrics)
 
 
 def best_trial_checkpoint(results: Any, metric: str, mode: str) -> tuple[Any, Any, dict[str, Any]]:
@@ -91,8 +105,16 @@ def best_trial_checkpoint(results: Any, metric: str, mode: str) -> tuple[Any, An
     return best, checkpoint, metrics
 
 
-def export_best(sweep: Any, paths: Any, results: Any) -> ExportedModel:
-    """Write ``best/`` for a finished sweep; returns the model with its metrics.json content."""
+def export_best(
+    sweep: Any, paths: Any, results: Any, *, to: Path | None = None, format: str = "state_dict"
+) -> ExportedModel:
+    """Write ``best/`` (or ``to``) for a sweep; returns the model with its metrics.json content.
+
+    ``format``: ``state_dict`` (model.pt, rebuilt from config.yaml) or ``torchscript``
+    (model.ts, loadable with ``torch.jit.load`` alone).
+    """
+    if format not in FORMATS:
+        raise TunerError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")
     from tuner.trial import TrialSetup, load_state, resolve_hyperparameters
 
     best, checkpoint, val_metrics = best_trial_checkpoint(results, sweep.metric, sweep.mode)
@@ -150,7 +172,8 @@ def export_best(sweep: Any, paths: Any, results: Any) -> ExportedModel:
         "test_images": int(len(test.labels)),
         "checkpoint": str(checkpoint.path),
     }
-    write_package(paths.best, model, config, metrics)
+    config["format"] = format
+    write_package(to or paths.best, model, config, metrics, format=format, example=test.images[:2])
     exported.metrics = metrics
     exported.example = test.images[:2]
     return exported
@@ -172,12 +195,29 @@ def evaluate(exported: ExportedModel, images: np.ndarray, labels: np.ndarray) ->
     return total_loss / len(labels), correct / len(labels)
 
 
-def write_package(folder: Path, model: torch.nn.Module, config: dict[str, Any], metrics: dict[str, Any]) -> None:
+def write_package(
+    folder: Path,
+    model: torch.nn.Module,
+    config: dict[str, Any],
+    metrics: dict[str, Any],
+    *,
+    format: str = "state_dict",
+    example: np.ndarray | None = None,
+) -> None:
     """Write the three files into a temporary folder, then swap it in: never half-written."""
+    folder = Path(folder)
     staging = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    torch.save(model.state_dict(), staging / MODEL_FILE)
+    model.eval()
+    if format == "torchscript":
+        data = config["data"]
+        x = normalise(torch.from_numpy(np.array(example)), tuple(data["mean"]), tuple(data["std"]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            torch.jit.save(torch.jit.trace(model, x), staging / SCRIPT_FILE)
+    else:
+        torch.save(model.state_dict(), staging / MODEL_FILE)
     (staging / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
     (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
     old = folder.with_name(folder.name + ".old")

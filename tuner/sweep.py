@@ -8,8 +8,11 @@ Everything a sweep writes lives under ``<output_dir>/<name>/``::
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,6 +175,46 @@ def save_resolved_config(sweep: SweepConfig, paths: SweepPaths) -> None:
     tmp.replace(paths.config)
 
 
+class SweepInterrupted(Exception):
+    """Ctrl-C: Tune stopped the trials and saved its state; ``tuner resume`` continues."""
+
+    def __init__(self, folder: Path):
+        super().__init__(f"interrupted; the sweep's state is saved in {folder}")
+        self.folder = folder
+
+
+@contextlib.contextmanager
+def _stop_cleanly_on_ctrl_c():
+    """First Ctrl-C: ask Tune to stop and save (Tune listens to SIGUSR1); second: abort.
+
+    Tune's own SIGINT handler would do the same but tell us nothing; this way the
+    caller knows the sweep did not finish.
+    """
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted.set()
+        print("\nCtrl-C: stopping the trials and saving the sweep's state (Ctrl-C again to abort)", flush=True)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def can_resume(paths: SweepPaths) -> bool:
+    from ray import tune
+
+    return paths.tune.is_dir() and tune.Tuner.can_restore(str(paths.tune))
+
+
 @dataclass
 class SweepOutcome:
     paths: SweepPaths
@@ -207,8 +250,13 @@ def run_sweep(
             save_resolved_config(sweep, paths)
         data_ref = ray.put(data)
         tuner = build_tuner(sweep, paths, data_ref, use_gpu, slots, restore=resume)
-        results = tuner.fit()
+        with _stop_cleanly_on_ctrl_c() as interrupted:
+            results = tuner.fit()
         del data_ref
+        if interrupted.is_set():
+            if sweep.tracking.mlflow.enabled:
+                tracking.SweepRecord(sweep, paths.root).fail()
+            raise SweepInterrupted(paths.root)
         exported = export.export_best(sweep, paths, results)
         if sweep.tracking.mlflow.enabled:
             record = tracking.SweepRecord(sweep, paths.root)
