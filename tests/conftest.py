@@ -8,6 +8,15 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 if "TUNER_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
     os.environ["TUNER_DATA_DIR"] = str(SHARED_DATA)
+# Every sweep in the tests writes to the sqlite store beside its own outputs.
+os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
+@pytest.fixture(autouse=True)
+def _no_tracking_uri_leak():
+    """A test that leaves MLFLOW_TRACKING_URI set would send later sweeps to its store."""
+    yield
+    assert "MLFLOW_TRACKING_URI" not in os.environ, "a test leaked MLFLOW_TRACKING_URI"
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,11 +17,19 @@ import pytest
 import yaml
 from integration_helpers import small_sweep
 
+from tuner.tracking import trial_histories
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 
-def _tuner(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, timeout=timeout)
+def _tuner(*args: str, timeout: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _start_sweep(sweep_file: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -33,11 +43,11 @@ def _start_sweep(sweep_file: Path, env: dict[str, str] | None = None) -> subproc
     )
 
 
-def _wait_for_results(tune_dir: Path, count: int, process: subprocess.Popen, timeout_s: float = 600) -> None:
-    """Until ``count`` epochs in all have been reported (result.json lines)."""
+def _wait_for_results(sweep_root: Path, count: int, process: subprocess.Popen, timeout_s: float = 600) -> None:
+    """Until ``count`` epochs in all have been reported (the sweep's history log)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        lines = sum(len(p.read_text().splitlines()) for p in tune_dir.glob("trial_driver_*/result.json"))
+        lines = sum(len(p.read_text().splitlines()) for p in sweep_root.glob("history/*.jsonl"))
         if lines >= count:
             return
         if process.poll() is not None:
@@ -46,9 +56,18 @@ def _wait_for_results(tune_dir: Path, count: int, process: subprocess.Popen, tim
     raise AssertionError("no result in time")
 
 
-def _stop_local_ray() -> None:
-    ray = Path(sys.executable).parent / "ray"
-    subprocess.run([str(ray), "stop", "--force"], capture_output=True, timeout=120)
+@pytest.fixture
+def ray_tmp():
+    """A Ray temp dir of the test's own, so the processes a SIGKILL orphans can be found
+    by it and stopped without touching any other Ray on the machine (short: socket paths)."""
+    folder = Path(tempfile.mkdtemp(prefix="tr", dir="/tmp"))
+    yield folder
+    _kill_ray_under(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _kill_ray_under(folder: Path) -> None:
+    subprocess.run(["pkill", "-9", "-f", str(folder)], capture_output=True, timeout=60)
 
 
 def _mlflow_children(sweep_root: Path) -> dict[str, list[int]]:
@@ -66,20 +85,18 @@ def _mlflow_children(sweep_root: Path) -> dict[str, list[int]]:
     return steps
 
 
-def test_a_trial_that_raises_resumes_from_its_checkpoint(tmp_path):
+def test_a_trial_that_raises_resumes_from_its_checkpoint(tmp_path, ray_tmp):
     sweep = small_sweep(
         tmp_path, data={"train_subset": 1500}, train={"epochs": 3}, trials={"num_samples": 1, "max_failures": 1}
     )
     sweep_file = tmp_path / "retry.yaml"
     sweep_file.write_text(yaml.safe_dump(sweep))
-    process = _start_sweep(sweep_file, env={"TUNER_TEST_FAIL_AT_EPOCH": "2"})
+    process = _start_sweep(sweep_file, env={"TUNER_TEST_FAIL_AT_EPOCH": "2", "RAY_TMPDIR": str(ray_tmp)})
     stdout, stderr = process.communicate(timeout=900)
     assert process.returncode == 0, stderr[-3000:]
 
     root = tmp_path / "runs" / "it"
-    (result_file,) = root.glob("tune/trial_driver_*/result.json")
-    rows = [json.loads(line) for line in result_file.read_text().splitlines()]
-    trial_id = rows[0]["trial_id"]
+    ((trial_id, rows),) = trial_histories(root).items()
     assert list((root / "train").glob("*.failed-once")), "the injected fault did not fire"
     assert [r["epoch"] for r in rows] == [1, 2, 3]  # not restarted from epoch 1
     assert rows[1]["resumed_from"] == trial_id  # epoch 2 ran again from epoch 1's checkpoint
@@ -87,7 +104,7 @@ def test_a_trial_that_raises_resumes_from_its_checkpoint(tmp_path):
     assert _mlflow_children(root) == {trial_id: [1, 2, 3]}
 
 
-def test_a_killed_sweep_resumes_to_the_true_best(tmp_path):
+def test_a_killed_sweep_resumes_to_the_true_best(tmp_path, ray_tmp):
     sweep = small_sweep(
         tmp_path,
         data={"train_subset": 1500},
@@ -98,25 +115,22 @@ def test_a_killed_sweep_resumes_to_the_true_best(tmp_path):
     sweep_file = tmp_path / "killed.yaml"
     sweep_file.write_text(yaml.safe_dump(sweep))
     root = tmp_path / "runs" / "it"
-    process = _start_sweep(sweep_file)
+    process = _start_sweep(sweep_file, env={"RAY_TMPDIR": str(ray_tmp)})
     try:
-        _wait_for_results(root / "tune", 3, process)
+        _wait_for_results(root, 3, process)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-        _stop_local_ray()
+        _kill_ray_under(ray_tmp)  # what the kill orphaned: raylet, GCS, dashboard
     assert not (root / "best").exists()
 
-    resumed = _tuner("resume", str(root))
+    resumed = _tuner("resume", str(root), env={"RAY_TMPDIR": str(ray_tmp)})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
-    results = {}
-    for result_file in root.glob("tune/trial_driver_*/result.json"):
-        rows = [json.loads(line) for line in result_file.read_text().splitlines()]
-        results[rows[0]["trial_id"]] = rows
+    results = trial_histories(root)
     assert len(results) == 4
-    for rows in results.values():
-        assert rows[-1]["epoch"] == 2  # every trial ran to the end across both halves
+    for rows in results.values():  # every trial ran to the end across both halves, no epoch twice
+        assert [row["epoch"] for row in rows] == [1, 2]
     mlflow_steps = _mlflow_children(root)
     assert set(mlflow_steps) == set(results)
     for steps in mlflow_steps.values():
@@ -133,7 +147,7 @@ def test_a_killed_sweep_resumes_to_the_true_best(tmp_path):
     assert best.returncode == 0 and f"best trial {exported['trial_id']}" in best.stdout
 
 
-def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path):
+def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, ray_tmp):
     sweep = small_sweep(
         tmp_path,
         data={"train_subset": 1500},
@@ -144,8 +158,8 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path):
     sweep_file = tmp_path / "interrupted.yaml"
     sweep_file.write_text(yaml.safe_dump(sweep))
     root = tmp_path / "runs" / "it"
-    process = _start_sweep(sweep_file)
-    _wait_for_results(root / "tune", 1, process)
+    process = _start_sweep(sweep_file, env={"RAY_TMPDIR": str(ray_tmp)})
+    _wait_for_results(root, 1, process)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 130, stderr[-3000:]

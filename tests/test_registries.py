@@ -188,10 +188,15 @@ def test_every_searcher_builds(name):
         assert built.max_concurrent == 2
 
 
-def test_the_variant_generator_gets_the_concurrency_limit():
+def test_the_variant_generator_takes_only_the_users_concurrency_cap():
+    # Resources decide how many trials run; a cap from them would starve HyperBand's brackets.
     built = searchers.build_searcher(sweep_with(searcher="random"), 3)
     assert type(built) is BasicVariantGenerator
-    assert built.max_concurrent == 3
+    assert built.max_concurrent == 0
+    capped = SweepConfig.model_validate(
+        {**sweep_with(searcher="random").model_dump(mode="json"), "trials": {"max_concurrent": 1}}
+    )
+    assert searchers.build_searcher(capped, 3).max_concurrent == 1
 
 
 # --- contract: every scheduler through the same fake trials ------------------------------------

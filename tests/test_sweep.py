@@ -11,13 +11,14 @@ from integration_helpers import assert_no_leaks, data_root, small_sweep
 
 from tuner.config import SweepConfig
 from tuner.sweep import run_sweep
+from tuner.tracking import trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 def _trial_histories(outcome) -> dict[str, list[dict]]:
-    """Every reported result of every trial, from the Tune experiment on disk."""
-    return {result.metrics["trial_id"]: result.metrics_dataframe.to_dict("records") for result in outcome.results}
+    """Every reported result of every trial, from the sweep's own history log."""
+    return trial_histories(outcome.paths.root)
 
 
 def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ray(local_ray, tmp_path):
@@ -128,27 +129,34 @@ def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_pat
 
 
 def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray, tmp_path):
+    # max_t=3, reduction 3: Tune's first bracket runs 2 trials for 3 epochs, the second
+    # starts 3 trials at 1 epoch and keeps the best. With 2 slots, trial 2 (the only
+    # good learning rate of that bracket) starts first, so it is paused at epoch 1 and
+    # must later resume from its own checkpoint to run epochs 2 and 3.
     sweep = SweepConfig.model_validate(
         small_sweep(
             tmp_path,
             data={"train_subset": 1500},
-            train={"epochs": 4},
-            space={"params": {"lr": {"grid": [3e-3, 1e-6, 2e-3, 1e-5]}}},
-            scheduler={"name": "hyperband", "reduction_factor": 2},
+            train={"epochs": 3},
+            space={"params": {"lr": {"grid": [1e-3, 1e-3, 3e-3, 1e-6, 1e-6]}}},
+            scheduler={"name": "hyperband", "reduction_factor": 3},
             trials={"num_samples": 1},
         )
     )
     outcome = run_sweep(sweep)
     assert not outcome.results.errors
     histories = _trial_histories(outcome)
-    resumed = 0
-    for trial_id, rows in histories.items():
+    assert len(histories) == 5
+    for rows in histories.values():
         # Tune's iteration counter and the trial's own epoch agree across pauses.
         assert [row["training_iteration"] for row in rows] == [row["epoch"] for row in rows]
         assert [row["epoch"] for row in rows] == list(range(1, len(rows) + 1)), rows
-        assert len(rows) <= 4
-        resumed += sum(1 for row in rows if row["resumed_from"] == trial_id)
     epochs_run = sorted(len(rows) for rows in histories.values())
-    assert epochs_run[-1] > epochs_run[0], f"hyperband gave every trial the same budget: {epochs_run}"
-    assert resumed, "no trial was paused and resumed from its own checkpoint"
+    assert epochs_run == [1, 1, 3, 3, 3], f"budgets {epochs_run}"
+    resumed = {
+        trial_id: [row["epoch"] for row in rows if row["resumed_from"] == trial_id]
+        for trial_id, rows in histories.items()
+    }
+    paused_and_resumed = [epochs for epochs in resumed.values() if epochs]
+    assert paused_and_resumed == [[2, 3]], f"resumed epochs per trial: {resumed}"
     assert_no_leaks()

@@ -11,6 +11,7 @@ from integration_helpers import data_root, small_sweep
 
 from tuner.config import SweepConfig
 from tuner.sweep import run_sweep
+from tuner.tracking import trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -71,7 +72,7 @@ def test_trial_runs_hold_params_per_epoch_metrics_and_status(finished, client):
         assert float(run.data.params["lr"]) == pytest.approx(result.config["lr"])
         assert float(run.data.params["dropout"]) == pytest.approx(result.config["dropout"])
         history = client.get_metric_history(run.info.run_id, "val_accuracy")
-        epochs = result.metrics_dataframe["val_accuracy"].tolist()
+        epochs = [row["val_accuracy"] for row in trial_histories(outcome.paths.root)[result.metrics["trial_id"]]]
         assert [m.step for m in history] == list(range(1, len(epochs) + 1))
         assert [m.value for m in history] == pytest.approx(epochs)
         for name in ("train_loss", "val_loss"):
@@ -96,7 +97,12 @@ def test_the_best_model_is_registered_and_loads_with_mlflow(finished, client):
     assert version.tags["sweep"] == sweep.name
     assert str(outcome.best["model_version"]) == str(version.version)
 
-    model = mlflow.pytorch.load_model(f"models:/it_cnn/{version.version}", map_location="cpu")
+    from tuner.tracking import _fluent_uri, tracking_uri
+
+    # As a user would point MLflow at the store; restored after (it leaks into the
+    # environment, and so into later tests' subprocesses, otherwise).
+    with _fluent_uri(tracking_uri(sweep)):
+        model = mlflow.pytorch.load_model(f"models:/it_cnn/{version.version}", map_location="cpu")
     test = load_test_split("mnist", str(data_root()), download=False)
     x = normalise(torch.from_numpy(np.array(test.images[:1000])), (0.1307,), (0.3081,))
     with torch.no_grad():

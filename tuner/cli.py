@@ -124,7 +124,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     sweep, paths = open_sweep(args.folder)
     summaries = trial_summaries(sweep, paths)
     print(
-        f"sweep {sweep.name}: {len(summaries)} of {sweep.trials.num_samples} trial(s) started; {sweep.mode}imise "
+        f"sweep {sweep.name}: {len(summaries)} of {sweep.total_trials} trial(s) started; {sweep.mode}imise "
         f"{sweep.metric}"
     )
     print(f"{'trial':<14}{'status':<15}{'epochs':>7}{'best ' + sweep.metric:>20}{'at epoch':>10}")

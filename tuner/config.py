@@ -208,7 +208,7 @@ class TrialsConfig(Strict):
 class ScalingConfig(Strict):
     workers: int = Field(1, ge=1, le=4096)  # Ray Train workers per trial (DDP)
     use_gpu: Literal["auto"] | bool = "auto"  # auto: GPUs if the cluster has any
-    cpus_per_worker: float = Field(1.0, gt=0)
+    cpus_per_worker: float = Field(1.0, ge=0.05)
     gpus_per_worker: float = Field(1.0, gt=0, le=8)  # fractions let trials share a GPU
 
 
@@ -262,6 +262,15 @@ class SweepConfig(Strict):
     @property
     def max_epochs(self) -> int:
         return self.train.epochs
+
+    @property
+    def total_trials(self) -> int:
+        """num_samples, times every combination of grid values."""
+        total = self.trials.num_samples
+        for spec in self.param_specs().values():
+            if spec.kind == "grid":
+                total *= len(spec.args)
+        return total
 
 
 def searchable_params(model: BaseModel) -> dict[str, type[BaseModel]]:

@@ -91,17 +91,27 @@ def load_best(path: str | Path) -> ExportedModel:
     return ExportedModel(model, config, metrics)
 
 
-def best_trial_checkpoint(results: Any, metric: str, mode: str) -> tuple[Any, Any, dict[str, Any]]:
-    """The best trial over every reported epoch, and its checkpoint at the best epoch."""
-    try:
-        best = results.get_best_result(metric=metric, mode=mode, scope="all")
-    except RuntimeError as error:
-        raise TunerError(f"no trial reported {metric!r}, nothing to export ({error})") from None
+def best_trial_checkpoint(results: Any, sweep_dir: Path, metric: str, mode: str) -> tuple[Any, Any, dict[str, Any]]:
+    """The best trial over every reported epoch, and its checkpoint at that epoch.
+
+    The epochs come from the sweep's own history log; checkpoints are kept by the same
+    metric, so the best epoch's checkpoint is among the trial's kept ones.
+    """
+    from tuner.tracking import trial_histories
+
     pick = max if mode == "max" else min
+    rows = [row for history in trial_histories(sweep_dir).values() for row in history if metric in row]
+    if not rows:
+        raise TunerError(f"no trial reported {metric!r}, nothing to export")
+    best_row = pick(rows, key=lambda row: row[metric])
+    best = next((r for r in results if r.metrics and r.metrics.get("trial_id") == best_row["trial_id"]), None)
+    if best is None:
+        raise TunerError(f"trial {best_row['trial_id']} is not in the Tune experiment; nothing to export")
     scored = [(c, m) for c, m in best.best_checkpoints if metric in m]
     if not scored:
-        raise TunerError(f"trial {best.metrics.get('trial_id')} kept no checkpoint; nothing to export")
-    checkpoint, metrics = pick(scored, key=lambda pair: pair[1][metric])
+        raise TunerError(f"trial {best_row['trial_id']} kept no checkpoint; nothing to export")
+    at_epoch = [(c, m) for c, m in scored if m.get("training_iteration") == best_row["training_iteration"]]
+    checkpoint, metrics = pick(at_epoch or scored, key=lambda pair: pair[1][metric])
     return best, checkpoint, metrics
 
 
@@ -117,7 +127,7 @@ def export_best(
         raise TunerError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")
     from tuner.trial import TrialSetup, load_state, resolve_hyperparameters
 
-    best, checkpoint, val_metrics = best_trial_checkpoint(results, sweep.metric, sweep.mode)
+    best, checkpoint, val_metrics = best_trial_checkpoint(results, paths.root, sweep.metric, sweep.mode)
     setup = TrialSetup(
         model_name=sweep.model.name,
         model_defaults=sweep.model.model_dump(exclude={"name"}),

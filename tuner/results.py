@@ -45,13 +45,14 @@ def analysis(sweep: SweepConfig, paths: SweepPaths) -> Any:
 
 
 def trial_summaries(sweep: SweepConfig, paths: SweepPaths) -> list[TrialSummary]:
+    from tuner.tracking import trial_histories
+
     experiment = analysis(sweep, paths)
-    frames = experiment.trial_dataframes
+    histories = trial_histories(paths.root)
     pick = max if sweep.mode == "max" else min
     summaries = []
     for trial in experiment.trials:
-        rows = frames.get(trial.trial_id)  # every reported epoch
-        records = rows.to_dict("records") if rows is not None and len(rows) else []
+        records = histories.get(trial.trial_id, [])  # every reported epoch
         scored = [r for r in records if sweep.metric in r]
         best = pick(scored, key=lambda r: r[sweep.metric]) if scored else None
         epochs = int(records[-1]["training_iteration"]) if records else 0

@@ -15,8 +15,9 @@ from tuner import config as cfg
 def _variant_generator(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
     from ray.tune.search import BasicVariantGenerator
 
-    # Tune ignores TuneConfig.max_concurrent_trials for a generator: it takes its own.
-    return BasicVariantGenerator(random_state=sweep.seed, max_concurrent=max_concurrent)
+    # Trials wait for resources as PENDING; only the user's own cap limits the generator
+    # (a tighter one would starve HyperBand's synchronous brackets).
+    return BasicVariantGenerator(random_state=sweep.seed, max_concurrent=sweep.trials.max_concurrent or 0)
 
 
 def _optuna(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:

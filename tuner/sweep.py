@@ -22,7 +22,7 @@ import yaml
 from tuner.config import SweepConfig
 from tuner.errors import TunerError
 
-DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation: a trial driver needs no CPU of its own
+DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation for the trial driver process
 
 
 @dataclass(frozen=True)
@@ -66,11 +66,22 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
     address = address or os.environ.get("RAY_ADDRESS")
     common = {"log_to_driver": verbose, "configure_logging": True, "logging_level": "INFO" if verbose else "WARNING"}
     if address:
+        _send_auth_token_if_any()
         package_dir = str(Path(__file__).resolve().parent)
         ray.init(address=address, runtime_env={"py_modules": [package_dir]}, **common)
         return False
     ray.init(include_dashboard=True, dashboard_host="127.0.0.1", **common)
     return True
+
+
+def _send_auth_token_if_any() -> None:
+    """Clusters started with ``ray start`` use token auth by default, but a client joining
+    one sends its token only in token mode: turn that on when a token is at hand."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    if os.environ.get("RAY_AUTH_TOKEN") or token_file.is_file():
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def decide_gpu(sweep: SweepConfig, cluster: dict[str, float]) -> bool:
@@ -102,7 +113,7 @@ def describe(sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: Sw
     device = "GPU" if use_gpu else "CPU"
     return "\n".join(
         [
-            f"sweep {sweep.name}: {sweep.trials.num_samples} trial(s) x up to {sweep.max_epochs} epoch(s) of "
+            f"sweep {sweep.name}: {sweep.total_trials} trial(s) x up to {sweep.max_epochs} epoch(s) of "
             f"{sweep.model.name} on {sweep.data.dataset} ({len(data.train)} train / {len(data.val)} val images)",
             f"  search {searched}; searcher {sweep.searcher.name}, scheduler {sweep.scheduler.name}, "
             f"{sweep.mode}imise {sweep.metric}",
@@ -120,7 +131,7 @@ def build_tuner(
     from ray import tune
 
     from tuner import schedulers, searchers, spaces, tracking
-    from tuner.trial import TrialSetup, trial_driver
+    from tuner.trial import TrialSetup, driver_resources, trial_driver
 
     fail_at = os.environ.get("TUNER_TEST_FAIL_AT_EPOCH")
     setup = TrialSetup(
@@ -137,7 +148,7 @@ def build_tuner(
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
-        {"cpu": 0, "memory": DRIVER_MEMORY},
+        driver_resources(setup, DRIVER_MEMORY),
     )
     if restore:
         return tune.Tuner.restore(str(paths.tune), trainable=trainable, resume_unfinished=True, resume_errored=True)
@@ -161,7 +172,10 @@ def build_tuner(
                 num_to_keep=keep, checkpoint_score_attribute=sweep.metric, checkpoint_score_order=sweep.mode
             ),
             failure_config=tune.FailureConfig(max_failures=sweep.trials.max_failures),
-            callbacks=[tracking.make_callback(sweep, paths.root)] if sweep.tracking.mlflow.enabled else [],
+            callbacks=[
+                tracking.make_history_callback(paths.root),
+                *([tracking.make_callback(sweep, paths.root)] if sweep.tracking.mlflow.enabled else []),
+            ],
             verbose=1,
         ),
     )

@@ -8,9 +8,11 @@ run it already has (no duplicates) and each metric history stays monotone in ste
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -151,8 +153,7 @@ class SweepRecord:
         for name in ("config.yaml", "metrics.json"):
             self.client.log_artifact(parent, str(best_dir / name), artifact_path="best")
         name = registered_model_name(self.sweep)
-        mlflow.set_tracking_uri(self.uri)
-        with mlflow.start_run(run_id=parent):
+        with _fluent_uri(self.uri), mlflow.start_run(run_id=parent):
             info = mlflow.pytorch.log_model(model, name="model", input_example=example, registered_model_name=name)
         version = getattr(info, "registered_model_version", None)
         if version is not None:
@@ -167,6 +168,27 @@ class SweepRecord:
 
     def fail(self) -> None:
         self.client.set_terminated(self.parent_run_id, status="KILLED")
+
+
+@contextlib.contextmanager
+def _fluent_uri(uri: str) -> Iterator[None]:
+    """Point MLflow's fluent API at ``uri`` for a moment.
+
+    ``mlflow.set_tracking_uri`` also exports MLFLOW_TRACKING_URI, which would send every
+    later sweep of this process (and its child processes) to this sweep's store.
+    """
+    import mlflow
+
+    previous_uri, previous_env = mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous_uri)
+        if previous_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = previous_env
 
 
 def _log_params(client: Any, run_id: str, params: dict[str, Any]) -> None:
@@ -220,3 +242,48 @@ def make_callback(sweep: SweepConfig, sweep_dir: Path) -> Any:
             return {"record": None}  # the MLflow client is reopened in setup()
 
     return MlflowTrials()
+
+
+# --- the sweep's own epoch history ---------------------------------------------------------
+HISTORY_DIR = "history"
+HISTORY_KEYS = ("trial_id", "training_iteration", "epoch", *TRIAL_METRICS, "resumed_from", "world_size", "time_total_s")
+
+
+def append_history(sweep_dir: Path, trial_id: str, result: dict[str, Any]) -> bool:
+    """Append one epoch to ``history/<trial>.jsonl``; False if that epoch is already there.
+
+    Tune's own result.json is staged in Ray's session folder and copied back stale when
+    a trial restarts (PBT, retries, resume), losing epochs; this log is written by the
+    driver as each result arrives and never rewritten.
+    """
+    folder = sweep_dir / HISTORY_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{trial_id}.jsonl"
+    step = int(result["training_iteration"])
+    if any(row["training_iteration"] >= step for row in read_history(path)):
+        return False
+    row = {key: _plain(result[key]) for key in HISTORY_KEYS if key in result}
+    with open(path, "a") as handle:
+        handle.write(json.dumps(row) + "\n")
+    return True
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def trial_histories(sweep_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every epoch every trial reported, by trial id, in order."""
+    return {p.stem: read_history(p) for p in sorted((sweep_dir / HISTORY_DIR).glob("*.jsonl"))}
+
+
+def make_history_callback(sweep_dir: Path) -> Any:
+    from ray.tune import Callback
+
+    class TrialHistory(Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            append_history(sweep_dir, trial.trial_id, result)
+
+    return TrialHistory()

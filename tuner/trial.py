@@ -49,6 +49,23 @@ class TrialSetup:
     fail_once_at_epoch: int | None = None  # test-only fault switch (TUNER_TEST_FAIL_AT_EPOCH)
 
 
+# A trial's CPUs are reserved by its driver, so that Tune's own scheduling decides how
+# many trials run (and HyperBand can pause some while others run); each Train worker
+# asks for a token share of them. Together they ask exactly workers x cpus_per_worker.
+WORKER_CPU_TOKEN = 0.01
+
+
+def driver_resources(setup: TrialSetup, memory: int) -> dict[str, float]:
+    return {"cpu": setup.workers * (setup.cpus_per_worker - WORKER_CPU_TOKEN), "memory": memory}
+
+
+def worker_resources(setup: TrialSetup) -> dict[str, float]:
+    resources = {"CPU": WORKER_CPU_TOKEN}
+    if setup.use_gpu:
+        resources["GPU"] = setup.gpus_per_worker
+    return resources
+
+
 def resolve_hyperparameters(setup: TrialSetup, sampled: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Defaults overlaid with the sampled values, coerced by the config schema.
 
@@ -108,9 +125,6 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         "fail_once_at_epoch": setup.fail_once_at_epoch,
         "fail_marker": os.path.join(setup.train_dir, f"{trial_id}.failed-once"),
     }
-    resources = {"CPU": setup.cpus_per_worker}
-    if setup.use_gpu:
-        resources["GPU"] = setup.gpus_per_worker
     queue = Queue(actor_options={"num_cpus": 0})
     # A fresh run name per (re)start: a Train run that reuses a name resumes its own
     # last checkpoint and would ignore the one Tune hands over (PBT, retries).
@@ -119,7 +133,7 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         train_loop_config=loop_config,
         torch_config=TorchConfig(backend="nccl" if setup.use_gpu else "gloo"),
         scaling_config=ray.train.ScalingConfig(
-            num_workers=setup.workers, use_gpu=setup.use_gpu, resources_per_worker=resources
+            num_workers=setup.workers, use_gpu=setup.use_gpu, resources_per_worker=worker_resources(setup)
         ),
         run_config=ray.train.RunConfig(
             name=f"{trial_id}-{uuid.uuid4().hex[:6]}",
