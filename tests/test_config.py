@@ -990,3 +990,16 @@ def test_a_failing_sweep_writes_nothing(tmp_path: Path, monkeypatch, capsys):
     assert capsys.readouterr().err.startswith("tuner: error: ")
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+@pytest.mark.parametrize("case", bad_cases(), ids=lambda c: c.id)
+def test_sweep_with_a_bad_file_exits_2_and_writes_nothing(case: Bad, tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a default run would put runs/ and mlflow.db
+    path = bad_file(case, tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = tmp_path / "out"
+    assert main(["sweep", *cli_args(case, path), "--set", f"output_dir={out}"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and re.search(expected_message(case, path).removeprefix("^"), lines[0]), lines
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
