@@ -86,6 +86,7 @@ def free_port() -> int:
 @contextlib.contextmanager
 def running_ui(output: Path):
     """``python -m tuner ui`` in a subprocess; yields (process, mlflow_url, tensorboard_url)."""
+    import signal
     import subprocess
     import sys
     import urllib.request
@@ -121,6 +122,10 @@ def running_ui(output: Path):
                 time.sleep(0.5)
         yield process, mlflow_url, tb_url
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        if process.poll() is None:  # a failed test: Ctrl-C it, so it stops its two servers
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

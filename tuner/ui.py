@@ -35,6 +35,16 @@ def find_targets(output: Path) -> UiTargets:
     return UiTargets(output, uri)
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if ``tuner ui`` dies, even by SIGKILL (Linux prctl)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: Ctrl-C and SIGTERM still stop both
+
+
 def _wait_until_up(url: str, process: subprocess.Popen, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -92,11 +102,20 @@ def serve(output: Path, *, host: str, tensorboard_port: int, mlflow_port: int) -
     }
     urls = {"TensorBoard": f"http://{host}:{tensorboard_port}/", "MLflow": f"http://{host}:{mlflow_port}/"}
     processes: list[subprocess.Popen] = []
+    # Browsing runs needs no GenAI job runners (MLflow starts seven worker processes).
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         for command in commands.values():  # own process groups: Ctrl-C reaches us, we stop them
             processes.append(
-                subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                subprocess.Popen(
+                    command,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                    env=env,
+                )
             )
         for (name, url), process in zip(urls.items(), processes, strict=True):
             _wait_until_up(url, process)
