@@ -74,6 +74,12 @@ def test_sweep_runs_on_an_existing_cluster_by_address(ray_cluster, tmp_path):
         "from ray.util.state import list_jobs\n"
         "print(sum(1 for job in list_jobs() if str(job.type).endswith('DRIVER')))\n"
     )
-    jobs = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180)
+    jobs = subprocess.run(  # a plain client sends the cluster's token only in token mode
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "RAY_AUTH_MODE": "token"},
+    )
     assert jobs.returncode == 0, jobs.stderr[-2000:]
     assert int(jobs.stdout.strip().splitlines()[-1]) >= 2  # the sweep's driver and this probe

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from integration_helpers import assert_no_leaks, data_root, small_sweep
@@ -141,6 +142,7 @@ def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray
             space={"params": {"lr": {"grid": [1e-3, 1e-3, 3e-3, 1e-6, 1e-6]}}},
             scheduler={"name": "hyperband", "reduction_factor": 3},
             trials={"num_samples": 1},
+            checkpoint={"keep": 1},
         )
     )
     outcome = run_sweep(sweep)
@@ -159,4 +161,19 @@ def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray
     }
     paused_and_resumed = [epochs for epochs in resumed.values() if epochs]
     assert paused_and_resumed == [[2, 3]], f"resumed epochs per trial: {resumed}"
+
+    # checkpoint.keep bounds the disk: the best one plus the latest per trial in tune/,
+    # the last two of each trial start in train/, though trials ran 3 epochs.
+    def checkpoints(folder: Path) -> list[Path]:
+        return [p for p in folder.glob("checkpoint_*") if p.is_dir()]
+
+    for trial_dir in outcome.paths.tune.glob("trial_driver_*"):
+        assert 1 <= len(checkpoints(trial_dir)) <= 2, sorted(p.name for p in trial_dir.iterdir())
+    for run_dir in outcome.paths.train.iterdir():
+        if run_dir.is_dir():
+            assert len(checkpoints(run_dir)) <= 2
+    # ... and the best epoch's checkpoint is one of those kept: the export found it.
+    assert outcome.best["val_accuracy"] == pytest.approx(
+        max(row["val_accuracy"] for rows in histories.values() for row in rows)
+    )
     assert_no_leaks()

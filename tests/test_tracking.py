@@ -4,6 +4,9 @@ model that loads and predicts, and TensorBoard holds every trial's scalars and h
 from __future__ import annotations
 
 import glob
+import os
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -131,3 +134,72 @@ def test_tensorboard_has_every_trials_scalars_and_hparams(finished):
         assert {"lr", "dropout"} <= set(start.session_start_info.hparams)
         experiment = plugin_data_pb2.HParamsPluginData.FromString(hparams["_hparams_/experiment"])
         assert "ray/tune/val_accuracy" in {m.name.tag for m in experiment.experiment.metric_infos}
+
+
+def test_a_sweep_records_to_a_tracking_server_by_configuration(local_ray, tmp_path):
+    """tracking.mlflow.tracking_uri pointing at an MLflow server (started as `tuner ui` does)."""
+    import subprocess
+    import sys
+
+    from integration_helpers import free_port
+    from mlflow.tracking import MlflowClient
+
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "server-artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(url)
+        sweep = SweepConfig.model_validate(
+            small_sweep(
+                tmp_path,
+                train={"epochs": 1},
+                trials={"num_samples": 1},
+                tracking={"mlflow": {"tracking_uri": url, "experiment": "remote_it", "registered_model": "remote_cnn"}},
+            )
+        )
+        outcome = run_sweep(sweep)
+        client = MlflowClient(url)
+        experiment = client.get_experiment_by_name("remote_it")
+        runs = client.search_runs([experiment.experiment_id])
+        assert sorted(r.data.tags["tuner.kind"] for r in runs) == ["sweep", "trial"]
+        (version,) = client.search_model_versions("name='remote_cnn'")
+        assert version.tags["trial_id"] == outcome.best["trial_id"]
+        assert not (tmp_path / "runs" / "mlflow.db").exists()  # nothing went to the local default
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+
+
+def _wait_for(url: str, timeout_s: float = 120) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)

@@ -76,12 +76,18 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
 
 def _send_auth_token_if_any() -> None:
     """Clusters started with ``ray start`` use token auth by default, but a client joining
-    one sends its token only in token mode: turn that on when a token is at hand."""
+    one sends its token only in token mode: turn that on when a token is at hand.
+
+    Ray's own helper for this also refreshes its cached config, which setting
+    RAY_AUTH_MODE after ``import ray`` would not.
+    """
     if "RAY_AUTH_MODE" in os.environ:
         return
-    token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
-    if os.environ.get("RAY_AUTH_TOKEN") or token_file.is_file():
-        os.environ["RAY_AUTH_MODE"] = "token"
+    from ray._private.authentication.authentication_token_setup import (
+        maybe_enable_token_auth_if_token_available,
+    )
+
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def decide_gpu(sweep: SweepConfig, cluster: dict[str, float]) -> bool:

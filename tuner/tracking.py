@@ -250,7 +250,7 @@ HISTORY_KEYS = ("trial_id", "training_iteration", "epoch", *TRIAL_METRICS, "resu
 
 
 def append_history(sweep_dir: Path, trial_id: str, result: dict[str, Any]) -> bool:
-    """Append one epoch to ``history/<trial>.jsonl``; False if that epoch is already there.
+    """Append one epoch to ``history/<trial>.jsonl``; False if it replaced re-run epochs.
 
     Tune's own result.json is staged in Ray's session folder and copied back stale when
     a trial restarts (PBT, retries, resume), losing epochs; this log is written by the
@@ -260,9 +260,17 @@ def append_history(sweep_dir: Path, trial_id: str, result: dict[str, Any]) -> bo
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{trial_id}.jsonl"
     step = int(result["training_iteration"])
-    if any(row["training_iteration"] >= step for row in read_history(path)):
-        return False
     row = {key: _plain(result[key]) for key in HISTORY_KEYS if key in result}
+    rows = read_history(path)
+    if any(old["training_iteration"] >= step for old in rows):
+        # A restored trial re-ran epochs whose checkpoints were lost (a crash before
+        # Tune saved its state): the re-run is the lineage that continues, and the one
+        # whose checkpoints exist, so it replaces them.
+        kept = [old for old in rows if old["training_iteration"] < step]
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(old) + "\n" for old in [*kept, row]))
+        tmp.replace(path)
+        return False
     with open(path, "a") as handle:
         handle.write(json.dumps(row) + "\n")
     return True
