@@ -27,3 +27,9 @@ def local_ray():
     ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(params=["direct", "torch_trainer"])
+def runner(request) -> str:
+    """Both ways a one-worker trial runs (scaling.runner): behaviour must be the same."""
+    return request.param

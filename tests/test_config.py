@@ -598,6 +598,21 @@ BAD = [
         "mode='max'",
     ),
     Bad(
+        "direct_runner_with_two_workers",
+        "scaling:\n  workers: 2\n  runner: direct\n",
+        3,
+        r"scaling\.runner: 'direct' runs one worker inside the trial, but scaling\.workers is 2; "
+        r"use auto or torch_trainer$",
+        "scaling.workers is 2",
+    ),
+    Bad(
+        "unknown_runner",
+        "scaling:\n  runner: inline\n",
+        2,
+        r"scaling\.runner: input should be 'auto', 'direct' or 'torch_trainer', but got 'inline'$",
+        "got 'inline'",
+    ),
+    Bad(
         "pbt_with_optuna",
         "train: {epochs: 3}\nscheduler: {name: pbt}\nsearcher: {name: optuna}\n"
         "space:\n  params:\n    lr: {uniform: [0.001, 0.01]}\n",
@@ -1003,3 +1018,12 @@ def test_sweep_with_a_bad_file_exits_2_and_writes_nothing(case: Bad, tmp_path: P
     assert len(lines) == 1 and re.search(expected_message(case, path).removeprefix("^"), lines[0]), lines
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    "scaling, direct",
+    [({}, True), ({"workers": 2}, False), ({"runner": "torch_trainer"}, False), ({"runner": "direct"}, True)],
+)
+def test_one_worker_trials_run_directly_unless_asked_for_a_torch_trainer(scaling, direct):
+    sweep = SweepConfig.model_validate({"name": "x", "scaling": scaling})
+    assert sweep.scaling.direct is direct

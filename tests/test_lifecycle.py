@@ -85,9 +85,13 @@ def _mlflow_children(sweep_root: Path) -> dict[str, list[int]]:
     return steps
 
 
-def test_a_trial_that_raises_resumes_from_its_checkpoint(tmp_path, ray_tmp):
+def test_a_trial_that_raises_resumes_from_its_checkpoint(tmp_path, ray_tmp, runner):
     sweep = small_sweep(
-        tmp_path, data={"train_subset": 1500}, train={"epochs": 3}, trials={"num_samples": 1, "max_failures": 1}
+        tmp_path,
+        data={"train_subset": 1500},
+        train={"epochs": 3},
+        trials={"num_samples": 1, "max_failures": 1},
+        scaling={"runner": runner},
     )
     sweep_file = tmp_path / "retry.yaml"
     sweep_file.write_text(yaml.safe_dump(sweep))
@@ -104,11 +108,12 @@ def test_a_trial_that_raises_resumes_from_its_checkpoint(tmp_path, ray_tmp):
     assert _mlflow_children(root) == {trial_id: [1, 2, 3]}
 
 
-def test_a_killed_sweep_resumes_to_the_true_best(tmp_path, ray_tmp):
+def test_a_killed_sweep_resumes_to_the_true_best(tmp_path, ray_tmp, runner):
     sweep = small_sweep(
         tmp_path,
         data={"train_subset": 1500},
         train={"epochs": 2},
+        scaling={"runner": runner},
         space={"params": {"lr": {"grid": [3e-3, 1e-5, 2e-3, 1e-4]}}},
         trials={"num_samples": 1},
     )

@@ -22,10 +22,11 @@ def _trial_histories(outcome) -> dict[str, list[dict]]:
     return trial_histories(outcome.paths.root)
 
 
-def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ray(local_ray, tmp_path):
+def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ray(local_ray, tmp_path, runner):
     sweep = SweepConfig.model_validate(
         small_sweep(
             tmp_path,
+            scaling={"runner": runner},
             # Two learning rates that learn and two that cannot (1e-6): whichever order the
             # first epochs arrive in, ASHA's median cut must stop at least one trial.
             space={"params": {"lr": {"grid": [3e-3, 1e-6, 1e-6, 2e-3]}, "dropout": {"uniform": [0.0, 0.5]}}},
@@ -56,8 +57,9 @@ def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ra
     assert json.loads((best_dir / "metrics.json").read_text())["trial_id"] == best["trial_id"]
     assert (outcome.paths.root / "sweep.yaml").is_file()
     assert list((outcome.paths.tune).glob("trial_driver_*/events.out.tfevents.*")), "TensorBoard files per trial"
-    # Everything inside the sweep folder, Train runs included.
-    assert list(outcome.paths.train.iterdir())
+    # Everything inside the sweep folder, Train runs included; direct trials have none.
+    train_runs = [p for p in outcome.paths.train.glob("*") if p.is_dir()]
+    assert len(train_runs) == (4 if runner == "torch_trainer" else 0)
 
     script = (
         "import sys, numpy as np\n"
@@ -77,6 +79,36 @@ def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ra
     assert_no_leaks()
 
 
+def test_a_one_worker_trial_is_the_same_run_directly_or_as_a_torch_trainer(local_ray, tmp_path):
+    # Same seed, same trial index, one thread: the two runners must train the same model.
+    outcomes = {}
+    for runner in ("direct", "torch_trainer"):
+        sweep = SweepConfig.model_validate(
+            small_sweep(
+                tmp_path / runner,
+                data={"train_subset": 1500},
+                train={"epochs": 1},
+                trials={"num_samples": 1},
+                scaling={"runner": runner},
+                tracking={"mlflow": {"enabled": False}},
+            )
+        )
+        outcomes[runner] = run_sweep(sweep)
+    direct, trainer = (_trial_histories(outcomes[r]) for r in ("direct", "torch_trainer"))
+    (direct_rows,), (trainer_rows,) = direct.values(), trainer.values()
+    assert len(direct_rows) == len(trainer_rows) == 1
+    for key in ("train_loss", "val_loss", "val_accuracy", "lr", "world_size"):
+        assert direct_rows[0][key] == pytest.approx(trainer_rows[0][key], rel=1e-6), key
+    assert outcomes["direct"].best["test_loss"] == pytest.approx(outcomes["torch_trainer"].best["test_loss"], rel=1e-6)
+    # What the direct runner is for: the first step starts without a Train run's start-up.
+    setup_s = {
+        r: rows[0]["first_step_at"] - rows[0]["entered_at"]
+        for r, rows in (("direct", direct_rows), ("torch_trainer", trainer_rows))
+    }
+    assert setup_s["direct"] < setup_s["torch_trainer"], setup_s
+    assert_no_leaks()
+
+
 def test_two_worker_trial_runs_ddp(local_ray, tmp_path):
     sweep = SweepConfig.model_validate(
         small_sweep(
@@ -93,10 +125,11 @@ def test_two_worker_trial_runs_ddp(local_ray, tmp_path):
     assert_no_leaks()
 
 
-def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_path):
+def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_path, runner):
     sweep = SweepConfig.model_validate(
         small_sweep(
             tmp_path,
+            scaling={"runner": runner},
             data={"train_subset": 2000},
             train={"epochs": 4},
             # One good and one hopeless learning rate: the bad trial must exploit the good one.
@@ -129,7 +162,7 @@ def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_pat
     assert_no_leaks()
 
 
-def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray, tmp_path):
+def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray, tmp_path, runner):
     # max_t=3, reduction 3: Tune's first bracket runs 2 trials for 3 epochs, the second
     # starts 3 trials at 1 epoch and keeps the best. With 2 slots, trial 2 (the only
     # good learning rate of that bracket) starts first, so it is paused at epoch 1 and
@@ -139,6 +172,7 @@ def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray
             tmp_path,
             data={"train_subset": 1500},
             train={"epochs": 3},
+            scaling={"runner": runner},
             space={"params": {"lr": {"grid": [1e-3, 1e-3, 3e-3, 1e-6, 1e-6]}}},
             scheduler={"name": "hyperband", "reduction_factor": 3},
             trials={"num_samples": 1},
@@ -163,13 +197,13 @@ def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray
     assert paused_and_resumed == [[2, 3]], f"resumed epochs per trial: {resumed}"
 
     # checkpoint.keep bounds the disk: the best one plus the latest per trial in tune/,
-    # the last two of each trial start in train/, though trials ran 3 epochs.
+    # the last two of each TorchTrainer start in train/, though trials ran 3 epochs.
     def checkpoints(folder: Path) -> list[Path]:
         return [p for p in folder.glob("checkpoint_*") if p.is_dir()]
 
     for trial_dir in outcome.paths.tune.glob("trial_driver_*"):
         assert 1 <= len(checkpoints(trial_dir)) <= 2, sorted(p.name for p in trial_dir.iterdir())
-    for run_dir in outcome.paths.train.iterdir():
+    for run_dir in outcome.paths.train.glob("*"):
         if run_dir.is_dir():
             assert len(checkpoints(run_dir)) <= 2
     # ... and the best epoch's checkpoint is one of those kept: the export found it.

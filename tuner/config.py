@@ -210,6 +210,13 @@ class ScalingConfig(Strict):
     use_gpu: Literal["auto"] | bool = "auto"  # auto: GPUs if the cluster has any
     cpus_per_worker: float = Field(1.0, ge=0.05)
     gpus_per_worker: float = Field(1.0, gt=0, le=8)  # fractions let trials share a GPU
+    # How a trial runs its loop: "direct" inside the Tune trial itself (one worker, no
+    # TorchTrainer start-up), "torch_trainer" as a Ray Train run; auto: direct for 1 worker.
+    runner: Literal["auto", "direct", "torch_trainer"] = "auto"
+
+    @property
+    def direct(self) -> bool:
+        return self.runner == "direct" or (self.runner == "auto" and self.workers == 1)
 
 
 class CheckpointConfig(Strict):
@@ -401,6 +408,12 @@ def _check_pairs(cfg: SweepConfig) -> None:
     if scheduler != "fifo" and cfg.train.epochs < 2 and scheduler != "median":
         raise _fail(
             "train.epochs: scheduler {scheduler!r} needs at least 2 epochs to act, but got 1", scheduler=scheduler
+        )
+    if cfg.scaling.runner == "direct" and cfg.scaling.workers > 1:
+        raise _fail(
+            "scaling.runner: 'direct' runs one worker inside the trial, but scaling.workers is {workers}; "
+            "use auto or torch_trainer",
+            workers=cfg.scaling.workers,
         )
     if cfg.mode != METRICS[cfg.metric]:
         raise _fail(

@@ -124,7 +124,8 @@ def describe(sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: Sw
             f"  search {searched}; searcher {sweep.searcher.name}, scheduler {sweep.scheduler.name}, "
             f"{sweep.mode}imise {sweep.metric}",
             f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x "
-            f"{sweep.scaling.cpus_per_worker:g} CPU on {device}",
+            f"{sweep.scaling.cpus_per_worker:g} CPU on {device}, "
+            f"{'in the trial process' if sweep.scaling.direct else 'as a TorchTrainer'}",
             f"  output: {paths.root}",
         ]
     )
@@ -150,6 +151,7 @@ def build_tuner(
         gpus_per_worker=sweep.scaling.gpus_per_worker,
         train_dir=str(paths.train),
         seed=sweep.seed,
+        direct=sweep.scaling.direct,
         fail_once_at_epoch=int(fail_at) if fail_at else None,
     )
     trainable = tune.with_resources(
@@ -169,7 +171,8 @@ def build_tuner(
             scheduler=schedulers.build_scheduler(sweep),
             num_samples=sweep.trials.num_samples,
             time_budget_s=sweep.trials.time_budget_s,
-            reuse_actors=False,
+            # A direct trial's process (torch imported, data mapped) serves the next trial.
+            reuse_actors=sweep.scaling.direct,
         ),
         run_config=tune.RunConfig(
             name=paths.tune.name,

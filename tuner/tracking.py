@@ -154,7 +154,14 @@ class SweepRecord:
             self.client.log_artifact(parent, str(best_dir / name), artifact_path="best")
         name = registered_model_name(self.sweep)
         with _fluent_uri(self.uri), mlflow.start_run(run_id=parent):
-            info = mlflow.pytorch.log_model(model, name="model", input_example=example, registered_model_name=name)
+            info = mlflow.pytorch.log_model(
+                model,
+                name="model",
+                input_example=example,
+                registered_model_name=name,
+                # Stated, not inferred: inference imports the model in a subprocess (~8 s).
+                pip_requirements=_model_requirements(),
+            )
         version = getattr(info, "registered_model_version", None)
         if version is not None:
             for key, value in (
@@ -168,6 +175,12 @@ class SweepRecord:
 
     def fail(self) -> None:
         self.client.set_terminated(self.parent_run_id, status="KILLED")
+
+
+def _model_requirements() -> list[str]:
+    from importlib.metadata import version
+
+    return [f"{package}=={version(package)}" for package in ("torch", "numpy", "mlflow")]
 
 
 @contextlib.contextmanager
@@ -246,7 +259,19 @@ def make_callback(sweep: SweepConfig, sweep_dir: Path) -> Any:
 
 # --- the sweep's own epoch history ---------------------------------------------------------
 HISTORY_DIR = "history"
-HISTORY_KEYS = ("trial_id", "training_iteration", "epoch", *TRIAL_METRICS, "resumed_from", "world_size", "time_total_s")
+HISTORY_KEYS = (
+    "trial_id",
+    "training_iteration",
+    "epoch",
+    *TRIAL_METRICS,
+    "resumed_from",
+    "world_size",
+    "time_total_s",
+    "entered_at",  # wall clock: the trial function began ...
+    "first_step_at",  # ... and its first training step began (per start or restart)
+    "timestamp",  # ... and the epoch was reported
+)
+TIMELINE_FILE = "timeline.jsonl"
 
 
 def append_history(sweep_dir: Path, trial_id: str, result: dict[str, Any]) -> bool:
@@ -291,7 +316,26 @@ def make_history_callback(sweep_dir: Path) -> Any:
     from ray.tune import Callback
 
     class TrialHistory(Callback):
+        """Each epoch to ``history/<trial>.jsonl``; trial starts and ends to ``timeline.jsonl``."""
+
         def on_trial_result(self, iteration, trials, trial, result, **info):
             append_history(sweep_dir, trial.trial_id, result)
+
+        def on_trial_start(self, iteration, trials, trial, **info):
+            self._event(trial, "start")
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self._event(trial, "end")
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self._event(trial, "error")
+
+        def on_trial_recover(self, iteration, trials, trial, **info):
+            self._event(trial, "recover")
+
+        def _event(self, trial: Any, event: str) -> None:
+            row = {"time": time.time(), "trial_id": trial.trial_id, "event": event}
+            with open(sweep_dir / TIMELINE_FILE, "a") as handle:
+                handle.write(json.dumps(row) + "\n")
 
     return TrialHistory()

@@ -1,10 +1,18 @@
 """What runs inside a trial.
 
-``trial_driver`` is the Tune function trainable: it builds a Ray Train
-``TorchTrainer`` (DDP over ``workers`` workers; gloo on CPU, NCCL on GPU), and relays
-each epoch's metrics and checkpoint from Train's rank 0 back to Tune, so that Tune
-holds real checkpoints (PBT exploits, HyperBand pause/resume, retries and the best
-export all need them; see NOTES-ray.md). ``train_loop_per_worker`` is the DDP loop.
+``trial_driver`` is the Tune function trainable. It runs one training loop,
+``run_training``, in one of two ways:
+
+- **direct** (one worker): the loop runs in the Tune trial's own process, reporting
+  to Tune itself. No TorchTrainer, so a trial starts in about a second instead of 10-20.
+- **torch_trainer** (any number of workers): it builds a Ray Train ``TorchTrainer``
+  (DDP; gloo on CPU, NCCL on GPU) and relays each epoch's metrics and checkpoint from
+  Train's rank 0 back to Tune.
+
+Either way Tune holds real checkpoints (PBT exploits, HyperBand pause/resume, retries
+and the best export all need them; see NOTES-ray.md), and the loop, its metrics and
+its checkpoints are the same: only the ``_Session`` (rank, device, resume, report)
+differs.
 
 Nothing here reads YAML: the driver receives the sampled hyperparameters and a
 ``TrialSetup`` of plain values.
@@ -46,6 +54,7 @@ class TrialSetup:
     gpus_per_worker: float
     train_dir: str  # storage for the Train runs, inside the sweep folder
     seed: int
+    direct: bool = False  # run the loop in the trial's process (workers == 1)
     fail_once_at_epoch: int | None = None  # test-only fault switch (TUNER_TEST_FAIL_AT_EPOCH)
 
 
@@ -56,6 +65,9 @@ WORKER_CPU_TOKEN = 0.01
 
 
 def driver_resources(setup: TrialSetup, memory: int) -> dict[str, float]:
+    if setup.direct:  # the trial process is the worker
+        gpu = {"gpu": setup.gpus_per_worker} if setup.use_gpu else {}
+        return {"cpu": setup.cpus_per_worker, **gpu, "memory": memory}
     return {"cpu": setup.workers * (setup.cpus_per_worker - WORKER_CPU_TOKEN), "memory": memory}
 
 
@@ -104,16 +116,13 @@ def _relay_callback(queue: Any) -> Any:
 
 
 def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) -> None:
-    """Tune trainable: one TorchTrainer per trial (or per restore), reports relayed to Tune."""
-    import ray.train
+    """Tune trainable: the training loop, run directly or as a TorchTrainer."""
     from ray import tune
-    from ray.train.torch import TorchConfig, TorchTrainer
-    from ray.util.queue import Queue
 
+    entered_at = time.time()
     train, model_options = resolve_hyperparameters(setup, sampled)
     trial_id = tune.get_context().get_trial_id()
-    resume = tune.get_checkpoint()
-    loop_config = {
+    loop = {
         "train": train,
         "model_name": setup.model_name,
         "model_options": model_options,
@@ -121,16 +130,32 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         "threads": max(1, int(setup.cpus_per_worker)),
         "seed": setup.seed + _stable_int(trial_id),
         "trial_id": trial_id,
-        "resume_from": resume.path if resume is not None else None,
+        "resume_from": None,
         "fail_once_at_epoch": setup.fail_once_at_epoch,
         "fail_marker": os.path.join(setup.train_dir, f"{trial_id}.failed-once"),
+        "entered_at": entered_at,
     }
+    if setup.direct:
+        run_training(loop, _TuneSession(setup.use_gpu))
+    else:
+        resume = tune.get_checkpoint()
+        loop["resume_from"] = resume.path if resume is not None else None
+        _fit_torch_trainer(loop, setup, trial_id)
+
+
+def _fit_torch_trainer(loop: dict[str, Any], setup: TrialSetup, trial_id: str) -> None:
+    """One TorchTrainer per trial (or per restore), rank 0's reports relayed to Tune."""
+    import ray.train
+    from ray import tune
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.util.queue import Queue
+
     queue = Queue(actor_options={"num_cpus": 0})
     # A fresh run name per (re)start: a Train run that reuses a name resumes its own
     # last checkpoint and would ignore the one Tune hands over (PBT, retries).
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config=loop_config,
+        train_loop_config=loop,
         torch_config=TorchConfig(backend="nccl" if setup.use_gpu else "gloo"),
         scaling_config=ray.train.ScalingConfig(
             num_workers=setup.workers, use_gpu=setup.use_gpu, resources_per_worker=worker_resources(setup)
@@ -216,19 +241,101 @@ class _Shards:
         return normalise(images[index], self.mean, self.std), labels[index]
 
 
-def train_loop_per_worker(loop: dict[str, Any]) -> None:
-    """One worker of a DDP trial: train, evaluate, checkpoint and report every epoch."""
-    import ray
-    import ray.train
-    import ray.train.torch
+class _Session:
+    """What the loop needs from whatever runs it: its rank, device, resume state, reports."""
 
-    context = ray.train.get_context()
-    rank, world = context.get_world_rank(), context.get_world_size()
+    rank: int
+    world: int
+    device: torch.device
+
+    def resume_state(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        raise NotImplementedError
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
+        raise NotImplementedError
+
+
+class _TrainSession(_Session):
+    """A Ray Train worker of a TorchTrainer (DDP when world > 1)."""
+
+    def __init__(self, loop: dict[str, Any]):
+        import ray.train
+        import ray.train.torch
+
+        context = ray.train.get_context()
+        self.rank, self.world = context.get_world_rank(), context.get_world_size()
+        self.device = ray.train.torch.get_device()
+        self.resume_from = loop["resume_from"]
+
+    def resume_state(self) -> dict[str, Any] | None:
+        import ray.train
+
+        checkpoint = ray.train.get_checkpoint()  # Train's own, after a worker-group restart
+        if checkpoint is not None:
+            with checkpoint.as_directory() as folder:
+                return load_state(folder)
+        return load_state(self.resume_from) if self.resume_from else None
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        import ray.train.torch
+
+        return ray.train.torch.prepare_model(model)  # DDP when world > 1, moved to device
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
+        import ray.train
+
+        checkpoint = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+
+class _TuneSession(_Session):
+    """The Tune trial's own process (direct mode): one worker, reports straight to Tune."""
+
+    rank, world = 0, 1
+
+    def __init__(self, use_gpu: bool):
+        # Tune sets CUDA_VISIBLE_DEVICES to the trial's GPU share, so it is device 0.
+        self.device = torch.device("cuda", 0) if use_gpu and torch.cuda.is_available() else torch.device("cpu")
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+
+    def resume_state(self) -> dict[str, Any] | None:
+        from ray import tune
+
+        checkpoint = tune.get_checkpoint()  # PBT exploit, retry, HyperBand resume, sweep resume
+        if checkpoint is None:
+            return None
+        with checkpoint.as_directory() as folder:
+            return load_state(folder)
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        return model.to(self.device)
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
+        from ray import tune
+
+        # Tune copies the folder into the trial's storage before report returns.
+        checkpoint = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
+        tune.report(metrics, checkpoint=checkpoint)
+
+
+def train_loop_per_worker(loop: dict[str, Any]) -> None:
+    """One worker of a TorchTrainer trial."""
+    run_training(loop, _TrainSession(loop))
+
+
+def run_training(loop: dict[str, Any], session: _Session) -> None:
+    """Train, evaluate, checkpoint and report every epoch (one worker's share under DDP)."""
+    import ray
+
+    rank, world, device = session.rank, session.world, session.device
     torch.set_num_threads(loop["threads"])
     torch.manual_seed(loop["seed"])
     train = loop["train"]
-    data: TrainingData = ray.get(loop["data_ref"])
-    device = ray.train.torch.get_device()
+    data: TrainingData = ray.get(loop["data_ref"])  # zero-copy views of the node's one copy
     shards = _Shards(data, device, rank, world)
 
     model = build_model(
@@ -239,13 +346,14 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
         options=loop["model_options"],
     )
     start_epoch, resumed_from = 0, ""
-    checkpoint = ray.train.get_checkpoint()
-    resume_path = checkpoint.path if checkpoint is not None else loop["resume_from"]
-    state = load_state(resume_path) if resume_path else None
+    state = session.resume_state()
     if state is not None:
         model.load_state_dict(state["model"])
         start_epoch, resumed_from = int(state["epoch"]), str(state["trial_id"])
-    model = ray.train.torch.prepare_model(model)  # DDP when world > 1, moved to device
+    channels_last = device.type == "cuda"  # faster convolutions under AMP on tensor cores
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    model = session.prepare_model(model)
     optimizer = make_optimizer(model, train)
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
@@ -256,6 +364,8 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     loss_fn = nn.CrossEntropyLoss(label_smoothing=train["label_smoothing"])
     batch_size, epochs = train["batch_size"], train["epochs"]
     steps_per_epoch = math.ceil(len(shards.train_y) // world / batch_size)
+    first_step_at = time.time()  # this (re)start's first training step begins now
+    timing = {"entered_at": loop["entered_at"], "first_step_at": first_step_at}
 
     for epoch in range(start_epoch, epochs):
         started = time.perf_counter()
@@ -269,6 +379,8 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
             for group in optimizer.param_groups:
                 group["lr"] = lr
             x, y = shards.batch(shards.train_x, shards.train_y, indices[begin : begin + batch_size])
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                 loss = loss_fn(model(x), y)
             optimizer.zero_grad(set_to_none=True)
@@ -291,9 +403,9 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
             "images_per_s": len(indices) * world / compute_s,
             "resumed_from": resumed_from,
             "world_size": world,
+            **timing,
         }
         with tempfile.TemporaryDirectory() as folder:
-            report_checkpoint = None
             if rank == 0:
                 unwrapped = model.module if hasattr(model, "module") else model
                 torch.save(
@@ -305,8 +417,7 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
                     },
                     Path(folder) / CHECKPOINT_FILE,
                 )
-                report_checkpoint = ray.train.Checkpoint.from_directory(folder)
-            ray.train.report(metrics, checkpoint=report_checkpoint)
+            session.report(metrics, folder if rank == 0 else None)
 
 
 def _amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
