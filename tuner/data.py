@@ -156,6 +156,15 @@ def _read_cifar(folder: Path, train: bool) -> Split:
     return Split(np.concatenate(images), np.concatenate(labels))
 
 
+def split_indices(n: int, *, val_fraction: float, train_subset: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (train, validation) indices into a training set of ``n`` images (seeded)."""
+    order = np.random.default_rng(seed).permutation(n)
+    if train_subset is not None:
+        order = order[: min(train_subset, n)]
+    n_val = max(1, int(round(len(order) * val_fraction)))
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
 def load_training_data(
     name: str, root: str | None, *, val_fraction: float, train_subset: int | None, seed: int, download: bool = True
 ) -> TrainingData:
@@ -163,15 +172,12 @@ def load_training_data(
     path = resolve_root(root)
     ensure_available(name, path, download=download)
     full = load_split(name, path, True)
-    order = np.random.default_rng(seed).permutation(len(full))
-    if train_subset is not None:
-        order = order[: min(train_subset, len(full))]
-    n_val = max(1, int(round(len(order) * val_fraction)))
+    train, val = split_indices(len(full), val_fraction=val_fraction, train_subset=train_subset, seed=seed)
     info = DATASETS[name]
     return TrainingData(
         dataset=name,
-        train=full.take(np.sort(order[n_val:])),
-        val=full.take(np.sort(order[:n_val])),
+        train=full.take(train),
+        val=full.take(val),
         mean=info.mean,
         std=info.std,
         num_classes=info.num_classes,

@@ -1,0 +1,265 @@
+"""Side-by-side benchmark: tuner against Ray Tune as documented, Optuna and raw PyTorch.
+
+    python benchmarks/run.py                      # both suites, full MNIST (about 40 min on 2 cores)
+    python benchmarks/run.py --suite default --subset 3000 --epochs 1   # a quick check
+
+Every contestant runs as a child process of this one, one at a time, on the same
+budget (same configurations, model, epochs, split); their order rotates between
+rounds (``--rounds``) so that drift hits all alike. From outside, this script
+measures each one's wall time and the peak memory of its whole process tree (PSS:
+shared pages, such as Ray's object store, counted once). It prints a table with
+ratios and writes ``results.json`` and ``results.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import psutil
+from common import REPO, Budget
+
+HERE = Path(__file__).resolve().parent
+
+# name -> (script, extra args). Threads: a tuner trial has one CPU, two run at once;
+# Optuna runs its trials one after another in one process, so it gets both cores.
+CONTESTANTS = {
+    "tuner": ("tuner_sweep.py", []),
+    "tuner_2workers": ("tuner_sweep.py", ["--workers", "2"]),
+    "ray_tune_documented": ("ray_tune_documented.py", []),
+    "optuna_inprocess": ("optuna_inprocess.py", ["--threads", "2"]),
+    "raw_pytorch": ("raw_pytorch.py", ["--threads", "1"]),
+    # Two raw runs at once, one per core: the floor for two concurrent 1-CPU trials.
+    "raw_pytorch_x2": ("raw_pytorch.py", ["--threads", "1", "--copies", "2"]),
+    # Memory probes: two 1-epoch trials, one at a time vs both at once, on the full
+    # training set and on a tenth of it (if each trial copied the data, the extra
+    # trial's memory would grow with the data set).
+    "tuner_probe_1slot": ("tuner_sweep.py", ["--max-concurrent", "1"]),
+    "tuner_probe_2slots": ("tuner_sweep.py", ["--max-concurrent", "2"]),
+    "tuner_probe_1slot_small": ("tuner_sweep.py", ["--max-concurrent", "1"]),
+    "tuner_probe_2slots_small": ("tuner_sweep.py", ["--max-concurrent", "2"]),
+}
+PROBE_SMALL_SUBSET = 6_000
+SUITES = {
+    # The default sweep: six trials of the light CNN, three epochs, ASHA.
+    "default": {"trials": 6, "epochs": 3, "contestants": list(CONTESTANTS)},
+    # PyTorch's classic MNIST CNN: four trials, two epochs (the issue's reference run).
+    "classic": {
+        "trials": 4,
+        "epochs": 2,
+        "contestants": ["tuner", "ray_tune_documented", "optuna_inprocess", "raw_pytorch", "raw_pytorch_x2"],
+    },
+}
+
+
+def learning_rates(count: int, seed: int) -> list[float]:
+    """Log-spaced over the default sweep's range, in a seeded order (ASHA sees them in turn)."""
+    values = np.geomspace(1e-3, 4e-3, count)
+    return [round(float(v), 6) for v in np.random.default_rng(seed).permutation(values)]
+
+
+class TreeMemory:
+    """Peak PSS of a process and all its descendants, sampled every ``interval`` seconds."""
+
+    def __init__(self, pid: int, interval: float = 1.0):
+        self.root, self.interval = psutil.Process(pid), interval
+        self.peak_pss = 0
+        self.peak_uss_by_name: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                processes = [self.root, *self.root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            total = 0
+            for process in processes:
+                try:
+                    info = process.memory_full_info()
+                    name = process.name()
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+                total += info.pss
+                self.peak_uss_by_name[name] = max(self.peak_uss_by_name.get(name, 0), info.uss)
+            self.peak_pss = max(self.peak_pss, total)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_contestant(name: str, budget: Budget, folder: Path) -> dict:
+    script, extra = CONTESTANTS[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "result.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, str(HERE / script), "--budget", budget.to_json(), "--out", str(out), *extra]
+    print(f"--- {budget.suite}/{name}: {' '.join([script, *extra])}", flush=True)
+    started = time.perf_counter()
+    with open(folder / "log.txt", "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=folder)
+        memory = TreeMemory(process.pid)
+        code = process.wait()
+        memory.stop()
+    wall = time.perf_counter() - started
+    if code != 0:
+        raise SystemExit(f"{name} failed with exit code {code}; see {folder / 'log.txt'}")
+    result = json.loads(out.read_text())
+    result.update(wall_s=wall, peak_pss_mb=memory.peak_pss / 2**20)
+    result["peak_uss_mb_by_process"] = {k: v / 2**20 for k, v in sorted(memory.peak_uss_by_name.items())}
+    print(
+        f"    wall {wall:.0f}s, best val {result['best_val_accuracy']:.4f}, test {result['test_accuracy']:.4f}, "
+        f"{result['epochs_run']} epochs, peak PSS {result['peak_pss_mb']:.0f} MB",
+        flush=True,
+    )
+    return result
+
+
+def derive(suite: str, results: dict[str, dict], budget: Budget) -> dict:
+    """The figures of the issue, from the raw results."""
+    figures: dict = {}
+    raw = results.get("raw_pytorch")
+    for name, result in results.items():
+        if not name.startswith("tuner") or "probe" in name:
+            continue
+        slots = 1 if result.get("workers", 1) > 1 else budget.slots
+        figures[name] = {
+            "sweep_efficiency": result["compute_s"] / (result["wall_s"] * slots),
+            "sweep_efficiency_fit": result["compute_s"] / (result["fit_span_s"] * slots),
+            "start_to_first_step_s": _spread(result["start_to_first_step_s"]),
+            "end_to_next_start_s": _spread(result["end_to_next_start_s"]),
+            "images_per_s": statistics.median(result["images_per_s"]),
+        }
+        if raw:
+            figures[name]["throughput_vs_raw"] = figures[name]["images_per_s"] / raw["images_per_s"]
+        if "raw_pytorch_x2" in results and result.get("workers", 1) == 1:
+            floor = results["raw_pytorch_x2"]["images_per_s"]
+            figures[name]["throughput_vs_raw_x2"] = figures[name]["images_per_s"] / floor
+        for other in ("ray_tune_documented", "optuna_inprocess"):
+            if other in results:
+                figures[name][f"wall_vs_{other}"] = result["wall_s"] / results[other]["wall_s"]
+    for suffix, n_train in (("", budget.train_subset or 60_000), ("_small", PROBE_SMALL_SUBSET)):
+        probes = results.get(f"tuner_probe_1slot{suffix}"), results.get(f"tuner_probe_2slots{suffix}")
+        if all(probes):
+            figures[f"memory_per_extra_trial{suffix}"] = {
+                "train_images": n_train,
+                "growth_mb": probes[1]["peak_pss_mb"] - probes[0]["peak_pss_mb"],
+                "data_uint8_mb": n_train * 784 / 2**20,  # as tuner holds it
+                "data_float32_mb": n_train * 784 * 4 / 2**20,  # as ToTensor makes it
+            }
+    return figures
+
+
+def _spread(values: list[float]) -> dict:
+    if not values:
+        return {}
+    return {"median": statistics.median(values), "max": max(values), "n": len(values)}
+
+
+def table(suite: str, results: dict[str, dict], figures: dict) -> str:
+    lines = [
+        f"### suite `{suite}`",
+        "",
+        "| contestant | wall s | best val acc | test acc | epochs run | compute s | peak PSS MB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        lines.append(
+            f"| {name} | {r['wall_s']:.0f} | {r['best_val_accuracy']:.4f} | {r['test_accuracy']:.4f} | "
+            f"{r['epochs_run']} | {r['compute_s']:.0f} | {r['peak_pss_mb']:.0f} |"
+        )
+    for name, f in figures.items():
+        if not isinstance(f, dict) or "sweep_efficiency" not in f:
+            continue
+        lines += [
+            "",
+            f"**{name}**: sweep efficiency {f['sweep_efficiency']:.2f} (whole command; "
+            f"{f['sweep_efficiency_fit']:.2f} from first trial start to last trial end); "
+            f"trial start to first step median {f['start_to_first_step_s'].get('median', float('nan')):.2f} s "
+            f"(max {f['start_to_first_step_s'].get('max', float('nan')):.2f} s); trial end to next start median "
+            f"{f['end_to_next_start_s'].get('median', float('nan')):.2f} s; throughput "
+            f"{f['images_per_s']:.0f} img/s"
+            + (f" = {f['throughput_vs_raw']:.2f} x raw PyTorch alone" if "throughput_vs_raw" in f else "")
+            + (f", {f['throughput_vs_raw_x2']:.2f} x two raw runs at once" if "throughput_vs_raw_x2" in f else "")
+            + "".join(f"; wall {f[k]:.2f} x {k.removeprefix('wall_vs_')}" for k in f if k.startswith("wall_vs_")),
+        ]
+    for key in ("memory_per_extra_trial", "memory_per_extra_trial_small"):
+        if key in figures:
+            m = figures[key]
+            lines += [
+                "",
+                f"Peak memory (PSS) grows by {m['growth_mb']:.0f} MB when a second trial runs at once, on "
+                f"{m['train_images']:,} training images (the data set: {m['data_uint8_mb']:.0f} MB as uint8, "
+                f"{m['data_float32_mb']:.0f} MB as float32).",
+            ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", action="append", choices=list(SUITES), help="default: all suites")
+    parser.add_argument("--only", action="append", choices=list(CONTESTANTS), help="run only these contestants")
+    parser.add_argument("--subset", type=int, default=None, help="train on N images (default: all 60,000)")
+    parser.add_argument("--epochs", type=int, default=None, help="override the suite's epochs")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every contestant, rotating the order")
+    parser.add_argument("--out", default=str(HERE / "results" / time.strftime("%Y%m%d-%H%M%S")))
+    args = parser.parse_args()
+    out = Path(args.out).resolve()
+    report: dict = {"machine": _machine(), "command": " ".join(sys.argv), "suites": {}}
+    markdown = []
+    for suite in args.suite or list(SUITES):
+        spec = SUITES[suite]
+        budget = Budget(
+            suite=suite,
+            lrs=learning_rates(spec["trials"], seed=0),
+            epochs=args.epochs or spec["epochs"],
+            train_subset=args.subset,
+        )
+        names = [n for n in spec["contestants"] if not args.only or n in args.only]
+        runs: dict[str, list[dict]] = {n: [] for n in names}
+        for round_ in range(args.rounds):
+            order = names[round_ % len(names) :] + names[: round_ % len(names)]
+            for name in order:
+                probe = "probe" in name
+                run_budget = replace(budget, lrs=budget.lrs[:2], epochs=1) if probe else budget
+                if name.endswith("_small"):
+                    run_budget = replace(run_budget, train_subset=PROBE_SMALL_SUBSET)
+                runs[name].append(run_contestant(name, run_budget, out / suite / f"{name}-{round_}"))
+        # With several rounds, each figure is the median run by wall time.
+        results = {n: sorted(r, key=lambda x: x["wall_s"])[len(r) // 2] for n, r in runs.items()}
+        figures = derive(suite, results, budget)
+        report["suites"][suite] = {"budget": budget.__dict__, "results": results, "figures": figures}
+        markdown.append(table(suite, results, figures))
+        print(markdown[-1], flush=True)
+    (out / "results.json").write_text(json.dumps(report, indent=2, default=float))
+    header = f"Machine: {report['machine']}\n\nCommand: `{report['command']}`\n\n"
+    (out / "results.md").write_text(header + "\n\n".join(markdown) + "\n")
+    print(f"\nwritten: {out / 'results.md'}")
+
+
+def _machine() -> str:
+    import platform
+
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}), {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
+        f"Python {platform.python_version()}, torch {torch.__version__}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""tuner: the default sweep (experiments/mnist_asha.yaml) run through the CLI, on the budget.
+
+Only the budget is changed: the trials' learning rates (a grid, so every contestant
+trains the same ones), the model widths, the epochs, and where the sweep writes.
+``--workers 2`` runs each trial as a two-worker DDP TorchTrainer instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from common import REPO, Budget, write_result
+
+
+def sweep_file(budget: Budget, folder: Path, workers: int, max_concurrent: int | None) -> Path:
+    sweep = yaml.safe_load((REPO / "experiments" / "mnist_asha.yaml").read_text())
+    sweep["name"] = f"bench_{budget.suite}_w{workers}"
+    sweep["output_dir"] = str(folder)
+    sweep["seed"] = budget.seed
+    sweep["data"].update(root=budget.data_root, download=False, val_fraction=budget.val_fraction)
+    if budget.train_subset:
+        sweep["data"]["train_subset"] = budget.train_subset
+    sweep["model"].update(budget.model)
+    sweep["train"].update(epochs=budget.epochs, batch_size=budget.batch_size)
+    sweep["space"] = {"params": {"lr": {"grid": budget.lrs}}}
+    sweep["trials"] = {"num_samples": 1, **({"max_concurrent": max_concurrent} if max_concurrent else {})}
+    sweep["scheduler"].update(grace_period=budget.grace_period, reduction_factor=budget.reduction_factor)
+    if budget.epochs < 2:  # ASHA needs two epochs to act (the memory probes run one)
+        sweep["scheduler"] = {"name": "fifo"}
+    sweep["scaling"] = {"workers": workers, "cpus_per_worker": 1}
+    path = folder / f"{sweep['name']}.yaml"
+    path.write_text(yaml.safe_dump(sweep, sort_keys=False))
+    return path
+
+
+def timings(sweep_dir: Path) -> dict:
+    """Per-trial overheads from the sweep's own records (history and timeline)."""
+    from tuner.tracking import TIMELINE_FILE, read_history, trial_histories
+
+    histories = trial_histories(sweep_dir)
+    events = read_history(sweep_dir / TIMELINE_FILE)
+    starts = {}
+    for event in events:
+        if event["event"] == "start":
+            starts.setdefault(event["trial_id"], event["time"])
+    start_to_first_step = [
+        rows[0]["first_step_at"] - starts[trial_id] for trial_id, rows in histories.items() if trial_id in starts
+    ]
+    start_times = sorted(e["time"] for e in events if e["event"] == "start")
+    end_to_next_start = []
+    for event in events:
+        if event["event"] in ("end", "error"):
+            later = [t for t in start_times if t >= event["time"]]
+            if later:
+                end_to_next_start.append(later[0] - event["time"])
+    rows = [row for rows in histories.values() for row in rows]
+    return {
+        "epochs_run": len(rows),
+        "compute_s": sum(row["compute_s"] for row in rows),
+        "best_val_accuracy": max(row["val_accuracy"] for row in rows),
+        "images_per_s": [row["images_per_s"] for row in rows],
+        "start_to_first_step_s": start_to_first_step,
+        "end_to_next_start_s": end_to_next_start,
+        "fit_span_s": max(e["time"] for e in events) - min(start_times),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--budget", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--max-concurrent", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=1, help="unused: a trial's threads follow its CPUs")
+    args = parser.parse_args()
+    budget = Budget.from_json(args.budget)
+    folder = Path(args.out).parent / "tuner_runs"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = sweep_file(budget, folder, args.workers, args.max_concurrent)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tuner", "sweep", str(path)], cwd=folder)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"tuner sweep failed ({done.returncode})")
+    sweep_dir = folder / yaml.safe_load(path.read_text())["name"]
+    best = json.loads((sweep_dir / "best" / "metrics.json").read_text())
+    write_result(
+        args.out,
+        workers=args.workers,
+        **timings(sweep_dir),
+        test_accuracy=best["test_accuracy"],
+        inner_wall_s=wall,
+    )
+
+
+if __name__ == "__main__":
+    main()
