@@ -211,3 +211,28 @@ def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray
         max(row["val_accuracy"] for rows in histories.values() for row in rows)
     )
     assert_no_leaks()
+
+
+def test_trials_map_the_nodes_one_copy_of_the_data(local_ray):
+    # Each trial reads the data set from Ray's object store: the arrays it gets are
+    # read-only views of the node's one copy, and its tensors share their memory.
+    import numpy as np
+    import torch
+
+    from tuner.data import Split, TrainingData
+    from tuner.trial import _Shards
+
+    split = Split(np.zeros((2000, 1, 28, 28), dtype=np.uint8), np.zeros(2000, dtype=np.int64))
+    data = TrainingData("mnist", split, split, (0.1,), (0.3,), 10, 1, 28)
+    ref = local_ray.put(data)
+
+    @local_ray.remote(num_cpus=0)
+    def shared_in_trial(refs) -> tuple[bool, bool]:
+        held = local_ray.get(refs[0])
+        shards = _Shards(held, torch.device("cpu"), 0, 1)
+        same_memory = shards.train_x.data_ptr() == held.train.images.ctypes.data
+        return held.train.images.flags.writeable, same_memory
+
+    writeable, same_memory = local_ray.get(shared_in_trial.remote([ref]))
+    assert not writeable, "the trial got a private copy, not the object store's buffer"
+    assert same_memory, "_Shards copied the images instead of viewing them"
