@@ -15,11 +15,13 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
+
+if TYPE_CHECKING:  # torch is imported where it is used: tuner's wrapper must not pay for it
+    import torch
+    from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
 # The model of each suite: the default sweep's light CNN, and PyTorch's classic MNIST
@@ -72,7 +74,7 @@ def write_result(path: str, **result: Any) -> None:
 
 
 def build_cnn(budget: Budget, dropout: float = 0.25) -> nn.Module:
-    from tuner.models import MnistCnn
+    from tuner.models import MnistCnn  # imports torch
 
     return MnistCnn(1, 10, 28, dropout=dropout, **budget.model)
 
@@ -81,6 +83,8 @@ class Tensors:
     """MNIST as pre-normalised float tensors in memory (what a careful hand-written loop does)."""
 
     def __init__(self, budget: Budget):
+        import torch
+
         from tuner.data import DATASETS, load_split, resolve_root, split_indices
 
         root = resolve_root(budget.data_root)
@@ -101,6 +105,9 @@ class Tensors:
 
 
 def train_epoch(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor, batch_size: int, generator) -> float:
+    import torch
+    from torch import nn
+
     model.train()
     loss_fn = nn.CrossEntropyLoss()
     order = torch.randperm(len(y), generator=generator)
@@ -115,10 +122,12 @@ def train_epoch(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor, b
     return total / len(order)
 
 
-@torch.no_grad()
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    import torch
+
     model.eval()
-    correct = sum(int((model(x[b : b + 1024]).argmax(1) == y[b : b + 1024]).sum()) for b in range(0, len(y), 1024))
+    with torch.no_grad():
+        correct = sum(int((model(x[b : b + 1024]).argmax(1) == y[b : b + 1024]).sum()) for b in range(0, len(y), 1024))
     return correct / len(y)
 
 
