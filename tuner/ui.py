@@ -105,6 +105,9 @@ def serve(output: Path, *, host: str, tensorboard_port: int, mlflow_port: int) -
     # Browsing runs needs no GenAI job runners (MLflow starts seven worker processes).
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C must stop both even when we were started from a background job, whose
+    # SIGINT the shell sets to "ignore" (and Python then keeps ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         for command in commands.values():  # own process groups: Ctrl-C reaches us, we stop them
             processes.append(
