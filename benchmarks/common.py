@@ -85,7 +85,7 @@ class Tensors:
     def __init__(self, budget: Budget):
         import torch
 
-        from tuner.data import DATASETS, load_split, resolve_root, split_indices
+        from tuner.data import DATASETS, load_split, normalise, resolve_root, split_indices
 
         root = resolve_root(budget.data_root)
         full = load_split("mnist", root, True)
@@ -96,8 +96,7 @@ class Tensors:
         info = DATASETS["mnist"]
 
         def prepare(images: np.ndarray) -> torch.Tensor:
-            x = torch.from_numpy(images).float().div_(255.0)
-            return x.sub_(info.mean[0]).div_(info.std[0])
+            return normalise(torch.from_numpy(images), info.mean, info.std)  # once, not per batch
 
         self.train_x, self.train_y = prepare(full.images[train_idx]), torch.from_numpy(full.labels[train_idx])
         self.val_x, self.val_y = prepare(full.images[val_idx]), torch.from_numpy(full.labels[val_idx])

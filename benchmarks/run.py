@@ -127,7 +127,7 @@ def run_contestant(name: str, budget: Budget, folder: Path) -> dict:
     return result
 
 
-def derive(suite: str, results: dict[str, dict], budget: Budget) -> dict:
+def derive(results: dict[str, dict], budget: Budget) -> dict:
     """The figures of the issue, from the raw results."""
     figures: dict = {}
     raw = results.get("raw_pytorch")
@@ -239,7 +239,7 @@ def main() -> None:
                 runs[name].append(run_contestant(name, run_budget, out / suite / f"{name}-{round_}"))
         # With several rounds, each figure is the median run by wall time.
         results = {n: sorted(r, key=lambda x: x["wall_s"])[len(r) // 2] for n, r in runs.items()}
-        figures = derive(suite, results, budget)
+        figures = derive(results, budget)
         report["suites"][suite] = {"budget": budget.__dict__, "results": results, "figures": figures}
         markdown.append(table(suite, results, figures))
         print(markdown[-1], flush=True)

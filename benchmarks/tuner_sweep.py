@@ -77,7 +77,6 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--max-concurrent", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=1, help="unused: a trial's threads follow its CPUs")
     args = parser.parse_args()
     budget = Budget.from_json(args.budget)
     folder = Path(args.out).parent / "tuner_runs"

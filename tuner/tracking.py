@@ -269,7 +269,6 @@ HISTORY_KEYS = (
     "time_total_s",
     "entered_at",  # wall clock: the trial function began ...
     "first_step_at",  # ... and its first training step began (per start or restart)
-    "timestamp",  # ... and the epoch was reported
 )
 TIMELINE_FILE = "timeline.jsonl"
 
