@@ -41,10 +41,11 @@ def sweep_file(budget: Budget, folder: Path, workers: int, max_concurrent: int |
 
 def timings(sweep_dir: Path) -> dict:
     """Per-trial overheads from the sweep's own records (history and timeline)."""
-    from tuner.tracking import TIMELINE_FILE, read_history, trial_histories
+    from tuner.store import SweepPaths, read_timeline, trial_histories
 
-    histories = trial_histories(sweep_dir)
-    events = read_history(sweep_dir / TIMELINE_FILE)
+    paths = SweepPaths(sweep_dir)
+    histories = trial_histories(paths)
+    events = read_timeline(paths)
     starts = {}
     for event in events:
         if event["event"] == "start":

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from integration_helpers import small_sweep
 
-from tuner.tracking import trial_histories
+from tuner.store import SweepPaths, trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
@@ -100,7 +100,7 @@ def test_a_trial_that_raises_resumes_from_its_checkpoint(tmp_path, ray_tmp, runn
     assert process.returncode == 0, stderr[-3000:]
 
     root = tmp_path / "runs" / "it"
-    ((trial_id, rows),) = trial_histories(root).items()
+    ((trial_id, rows),) = trial_histories(SweepPaths(root)).items()
     assert list((root / "train").glob("*.failed-once")), "the injected fault did not fire"
     assert [r["epoch"] for r in rows] == [1, 2, 3]  # not restarted from epoch 1
     assert rows[1]["resumed_from"] == trial_id  # epoch 2 ran again from epoch 1's checkpoint
@@ -132,7 +132,7 @@ def test_a_killed_sweep_resumes_to_the_true_best(tmp_path, ray_tmp, runner):
     resumed = _tuner("resume", str(root), env={"RAY_TMPDIR": str(ray_tmp)})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
-    results = trial_histories(root)
+    results = trial_histories(SweepPaths(root))
     assert len(results) == 4
     for rows in results.values():  # every trial ran to the end across both halves, no epoch twice
         assert [row["epoch"] for row in rows] == [1, 2]

@@ -11,15 +11,15 @@ import pytest
 from integration_helpers import assert_no_leaks, data_root, small_sweep
 
 from tuner.config import SweepConfig
+from tuner.store import trial_histories
 from tuner.sweep import run_sweep
-from tuner.tracking import trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 def _trial_histories(outcome) -> dict[str, list[dict]]:
     """Every reported result of every trial, from the sweep's own history log."""
-    return trial_histories(outcome.paths.root)
+    return trial_histories(outcome.paths)
 
 
 def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ray(local_ray, tmp_path, runner):

@@ -13,8 +13,8 @@ import pytest
 from integration_helpers import data_root, small_sweep
 
 from tuner.config import SweepConfig
+from tuner.store import trial_histories
 from tuner.sweep import run_sweep
-from tuner.tracking import trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -75,7 +75,7 @@ def test_trial_runs_hold_params_per_epoch_metrics_and_status(finished, client):
         assert float(run.data.params["lr"]) == pytest.approx(result.config["lr"])
         assert float(run.data.params["dropout"]) == pytest.approx(result.config["dropout"])
         history = client.get_metric_history(run.info.run_id, "val_accuracy")
-        epochs = [row["val_accuracy"] for row in trial_histories(outcome.paths.root)[result.metrics["trial_id"]]]
+        epochs = [row["val_accuracy"] for row in trial_histories(outcome.paths)[result.metrics["trial_id"]]]
         assert [m.step for m in history] == list(range(1, len(epochs) + 1))
         assert [m.value for m in history] == pytest.approx(epochs)
         for name in ("train_loss", "val_loss"):

@@ -6,6 +6,7 @@ A user error prints one line and exits 2; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("folder", help="the sweep's output folder, e.g. runs/mnist_asha")
     export.add_argument("--to", help="destination folder (default: <folder>/best)")
     export.add_argument("--format", choices=["state_dict", "torchscript"], default="state_dict")
+    export.add_argument(
+        "--overwrite", action="store_true", help="replace a previous export there (only tuner's files are replaced)"
+    )
     export.set_defaults(handler=cmd_export)
 
     predict = commands.add_parser("predict", help="batch predictions of an exported model to CSV")
@@ -100,21 +104,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         return cmd_validate(args)
-    from tuner.sweep import paths_for, run_sweep
+    from tuner.sweep import run_sweep
 
     sweep = _load(args)
-    _print_outcome(sweep, run_sweep(sweep, address=args.address, verbose=args.verbose).best, paths_for(sweep).best)
+    outcome = run_sweep(sweep, address=args.address, verbose=args.verbose)
+    _print_outcome(sweep, outcome.best, outcome.paths.best)
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from tuner.results import open_sweep
-    from tuner.sweep import can_resume, run_sweep
+    from tuner.sweep import run_sweep
 
     sweep, paths = open_sweep(args.folder)
-    if not can_resume(paths):
-        raise TunerError(f"{paths.root}: no Tune experiment state to resume in {paths.tune}")
-    _print_outcome(sweep, run_sweep(sweep, address=args.address, verbose=args.verbose, resume=True).best, paths.best)
+    _print_outcome(sweep, run_sweep(sweep, address=args.address, verbose=args.verbose, paths=paths).best, paths.best)
     return 0
 
 
@@ -136,7 +139,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         counts[trial.status] = counts.get(trial.status, 0) + 1
     print("  " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
     if any(t.best_value is not None for t in summaries):
-        best = best_trial(sweep, summaries)
+        best = best_trial(sweep, paths, summaries)
         print(f"best so far: {best.trial_id} at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}")
     return 0
 
@@ -145,7 +148,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     from tuner.results import best_trial, open_sweep, trial_summaries
 
     sweep, paths = open_sweep(args.folder)
-    best = best_trial(sweep, trial_summaries(sweep, paths))
+    best = best_trial(sweep, paths, trial_summaries(sweep, paths))
     print(
         f"best trial {best.trial_id} ({best.status}) at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}"
     )
@@ -154,10 +157,10 @@ def cmd_best(args: argparse.Namespace) -> int:
         print(f"  {key}: {_short(value)}")
     exported = paths.best / "metrics.json"
     if exported.is_file():
-        import json
+        from tuner.store import read_json
 
-        metrics = json.loads(exported.read_text())
-        if metrics.get("trial_id") == best.trial_id:
+        metrics = read_json(exported, what="export's metrics.json")
+        if metrics.get("trial_id") == best.trial_id and "test_accuracy" in metrics:
             print(f"test_accuracy: {metrics['test_accuracy']:.4f} (exported in {paths.best})")
     return 0
 
@@ -167,10 +170,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     from tuner import export
     from tuner.results import open_sweep, result_grid
+    from tuner.store import SweepLock
 
     sweep, paths = open_sweep(args.folder)
-    to = Path(args.to).resolve() if args.to else paths.best
-    exported = export.export_best(sweep, paths, result_grid(sweep, paths), to=to, format=args.format)
+    to = Path(args.to).expanduser().resolve() if args.to else paths.best
+    export.check_destination(to, overwrite=args.overwrite)  # before anything is read or computed
+    inside = to == paths.root or paths.root in to.parents
+    with SweepLock(paths) if inside else contextlib.nullcontext():  # a running sweep owns its folder
+        exported = export.export_best(
+            sweep, paths, result_grid(sweep, paths), to=to, format=args.format, overwrite=args.overwrite
+        )
     metrics = exported.metrics
     print(
         f"exported trial {metrics['trial_id']} at epoch {metrics['epoch']} ({args.format}) to {to}: "
@@ -182,6 +191,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from tuner.predict import predict_to_csv
 
+    if args.batch_size < 1:
+        raise TunerError(f"predict --batch-size: must be >= 1, but got {args.batch_size}")
     summary = predict_to_csv(args.model_dir, args.data, args.out, batch_size=args.batch_size)
     line = f"wrote {summary['images']} predictions to {args.out} in {summary['seconds']:.1f} s"
     if "accuracy" in summary:
@@ -235,6 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tuner: interrupted", file=sys.stderr)
         return 130
+    except OSError as error:
+        from tuner.store import MACHINE_ERRNOS
+
+        if args.debug or error.errno not in MACHINE_ERRNOS:  # the machine refused a write or a read
+            raise
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"tuner: error: {where}{error.strerror}; what was recorded before it is kept", file=sys.stderr)
+        return EXIT_USER_ERROR
     except Exception as error:
         from tuner.sweep import SweepInterrupted
 

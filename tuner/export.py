@@ -7,9 +7,12 @@ metrics at the chosen epoch, test metrics computed here, trial id and epoch).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import pickle
 import shutil
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,43 +94,51 @@ def load_best(path: str | Path) -> ExportedModel:
     return ExportedModel(model, config, metrics)
 
 
-def best_trial_checkpoint(results: Any, sweep_dir: Path, metric: str, mode: str) -> tuple[Any, Any, dict[str, Any]]:
-    """The best trial over every reported epoch, and its checkpoint at that epoch.
+def best_trial_checkpoint(results: Any, paths: Any, metric: str, mode: str) -> tuple[Any, Any, dict[str, Any]]:
+    """The best trial and epoch (tuner.store.best_epoch) and its checkpoint at that epoch.
 
-    The epochs come from the sweep's own history log; checkpoints are kept by the same
-    metric, so the best epoch's checkpoint is among the trial's kept ones.
+    Checkpoints are kept by the same metric, so the best epoch's checkpoint is among the
+    trial's kept ones.
     """
-    from tuner.tracking import trial_histories
+    from tuner.store import best_epoch, trial_histories
 
-    pick = max if mode == "max" else min
-    rows = [row for history in trial_histories(sweep_dir).values() for row in history if metric in row]
-    if not rows:
-        raise TunerError(f"no trial reported {metric!r}, nothing to export")
-    best_row = pick(rows, key=lambda row: row[metric])
-    best = next((r for r in results if r.metrics and r.metrics.get("trial_id") == best_row["trial_id"]), None)
+    best_row = best_epoch(trial_histories(paths), metric, mode)
+    if best_row is None:
+        raise TunerError(f"{paths.root}: no trial reported {metric!r} yet; nothing to export")
+    best = next((r for r in results if r.metrics and r.metrics.get("trial_id") == best_row.trial_id), None)
     if best is None:
-        raise TunerError(f"trial {best_row['trial_id']} is not in the Tune experiment; nothing to export")
+        raise TunerError(f"{paths.root}: trial {best_row.trial_id} is not in the Tune experiment; nothing to export")
     scored = [(c, m) for c, m in best.best_checkpoints if metric in m]
     if not scored:
-        raise TunerError(f"trial {best_row['trial_id']} kept no checkpoint; nothing to export")
-    at_epoch = [(c, m) for c, m in scored if m.get("training_iteration") == best_row["training_iteration"]]
+        raise TunerError(f"{paths.root}: trial {best_row.trial_id} kept no checkpoint; nothing to export")
+    at_epoch = [(c, m) for c, m in scored if m.get("training_iteration") == best_row.epoch]
+    pick = max if mode == "max" else min
     checkpoint, metrics = pick(at_epoch or scored, key=lambda pair: pair[1][metric])
     return best, checkpoint, metrics
 
 
 def export_best(
-    sweep: Any, paths: Any, results: Any, *, to: Path | None = None, format: str = "state_dict"
+    sweep: Any,
+    paths: Any,
+    results: Any,
+    *,
+    to: Path | None = None,
+    format: str = "state_dict",
+    overwrite: bool = False,
 ) -> ExportedModel:
     """Write ``best/`` (or ``to``) for a sweep; returns the model with its metrics.json content.
 
     ``format``: ``state_dict`` (model.pt, rebuilt from config.yaml) or ``torchscript``
-    (model.ts, loadable with ``torch.jit.load`` alone).
+    (model.ts, loadable with ``torch.jit.load`` alone). The destination is checked
+    first (``check_destination``): nothing is computed for a folder it may not write.
     """
     if format not in FORMATS:
         raise TunerError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")
-    from tuner.trial import TrialSetup, load_state, resolve_hyperparameters
+    from tuner.trial import TrialSetup, resolve_hyperparameters
 
-    best, checkpoint, val_metrics = best_trial_checkpoint(results, paths.root, sweep.metric, sweep.mode)
+    to = Path(to or paths.best)
+    check_destination(to, overwrite=overwrite)
+    best, checkpoint, val_metrics = best_trial_checkpoint(results, paths, sweep.metric, sweep.mode)
     setup = TrialSetup(
         model_name=sweep.model.name,
         model_defaults=sweep.model.model_dump(exclude={"name"}),
@@ -159,7 +170,7 @@ def export_best(
         },
         "metric": {"name": sweep.metric, "mode": sweep.mode},
     }
-    state = load_state(checkpoint.path)
+    state = _load_checkpoint(checkpoint.path)
     model = build_model(
         sweep.model.name,
         in_channels=info.channels,
@@ -183,7 +194,7 @@ def export_best(
         "checkpoint": str(checkpoint.path),
     }
     config["format"] = format
-    write_package(to or paths.best, model, config, metrics, format=format, example=test.images[:2])
+    write_package(to, model, config, metrics, format=format, example=test.images[:2], overwrite=overwrite)
     exported.metrics = metrics
     exported.example = test.images[:2]
     return exported
@@ -205,6 +216,56 @@ def evaluate(exported: ExportedModel, images: np.ndarray, labels: np.ndarray) ->
     return total_loss / len(labels), correct / len(labels)
 
 
+def _load_checkpoint(folder: str) -> dict[str, Any]:
+    """A trial's checkpoint; a truncated or foreign file is one TunerError naming it."""
+    from tuner.trial import CHECKPOINT_FILE, load_state
+
+    try:
+        state = load_state(folder)
+        state["model"].items()
+        return state
+    except (OSError, EOFError, KeyError, TypeError, AttributeError, RuntimeError, pickle.UnpicklingError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise TunerError(
+            f"{Path(folder) / CHECKPOINT_FILE}: not a readable checkpoint ({type(error).__name__}: {reason})"
+        ) from None
+
+
+def is_export(folder: Path) -> bool:
+    """Whether ``folder`` is a package tuner wrote: its config.yaml and metrics.json, and
+    nothing but tuner's file names unless the user added some."""
+    try:
+        config = yaml.safe_load((folder / CONFIG_FILE).read_text())
+        json.loads((folder / METRICS_FILE).read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    return isinstance(config, dict) and {"sweep", "trial_id", "model", "data"} <= set(config)
+
+
+def check_destination(folder: Path, *, overwrite: bool) -> None:
+    """Refuse a destination that is not new, not empty and not a previous export (or a
+    previous export without ``overwrite``): an export never deletes what it did not write."""
+    folder = Path(folder)
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise TunerError(f"--to {folder}: exists and is not a folder; give a new folder or a previous export")
+    try:
+        entries = sorted(p.name for p in folder.iterdir())
+    except OSError as error:
+        raise TunerError(f"--to {folder}: cannot be read ({error.strerror})") from None
+    if not entries:
+        return
+    if not is_export(folder):
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise TunerError(
+            f"--to {folder}: exists and is not a tuner export ({len(entries)} entries: {shown}); "
+            "nothing was written; give a new or empty folder"
+        )
+    if not overwrite:
+        raise TunerError(f"--to {folder}: holds a previous export; add --overwrite to replace it")
+
+
 def write_package(
     folder: Path,
     model: torch.nn.Module,
@@ -213,12 +274,33 @@ def write_package(
     *,
     format: str = "state_dict",
     example: np.ndarray | None = None,
+    overwrite: bool = False,
 ) -> None:
-    """Write the three files into a temporary folder, then swap it in: never half-written."""
+    """Write the package into a staging folder beside ``folder``, then move it in.
+
+    Only tuner's own file names are ever replaced or removed; a previous export is
+    replaced only with ``overwrite``; anything else in ``folder`` stays.
+    """
+    from tuner.store import storage_error, umask
+
     folder = Path(folder)
-    staging = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    check_destination(folder, overwrite=overwrite)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+        os.chmod(staging, 0o777 & ~umask())  # as mkdir would; mkdtemp gives 0700
+    except OSError as error:
+        raise storage_error(folder, error) from None
+    try:
+        _write_files(staging, model, config, metrics, format=format, example=example)
+        _move_in(staging, folder)
+    except OSError as error:
+        raise storage_error(folder, error) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # our own temporary folder
+
+
+def _write_files(staging: Path, model, config, metrics, *, format: str, example) -> None:
     model.eval()
     if format == "torchscript":
         data = config["data"]
@@ -230,11 +312,21 @@ def write_package(
         torch.save(model.state_dict(), staging / MODEL_FILE)
     (staging / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
     (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
-    old = folder.with_name(folder.name + ".old")
-    if folder.exists():
-        folder.replace(old)
-    staging.replace(folder)
-    shutil.rmtree(old, ignore_errors=True)
+
+
+def _move_in(staging: Path, folder: Path) -> None:
+    """New folder: one rename. Existing one: tuner's files replaced one by one, the
+    weights first and metrics.json last, and a stale weights file of the other format
+    removed; the user's own files are left alone."""
+    if not folder.exists():
+        staging.rename(folder)
+        return
+    written = [name for name in (MODEL_FILE, SCRIPT_FILE, CONFIG_FILE, METRICS_FILE) if (staging / name).exists()]
+    for name in written:
+        os.replace(staging / name, folder / name)
+    for name in {MODEL_FILE, SCRIPT_FILE} - set(written):
+        with contextlib.suppress(FileNotFoundError):
+            (folder / name).unlink()
 
 
 def _plain(value: Any) -> Any:

@@ -1,7 +1,7 @@
 """Read a sweep's output folder without Ray running: its config, trials and best trial.
 
-"Best" means one thing everywhere (here, the export, MLflow): the sweep's metric and
-mode over every epoch every trial reported.
+"Best" means one thing everywhere (here, the export, MLflow): ``tuner.store.best_epoch``,
+the sweep's metric and mode over every epoch every trial reported.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner import store
 from tuner.config import SweepConfig, load_sweep
 from tuner.errors import TunerError
-from tuner.sweep import SweepPaths
+from tuner.store import SweepPaths
 
 
 @dataclass
@@ -32,29 +33,33 @@ def open_sweep(folder: str | Path) -> tuple[SweepConfig, SweepPaths]:
     config_file = root / "sweep.yaml"
     if not config_file.is_file():
         raise TunerError(f"{root} is not a sweep folder (no sweep.yaml); give runs/<sweep name>")
-    sweep = load_sweep(str(config_file), [f"output_dir={root.parent}", f"name={root.name}"])
+    # The folder's own name may be <name>-2 (a second run); the sweep's name stays.
+    sweep = load_sweep(str(config_file), [f"output_dir={root.parent}"])
     return sweep, SweepPaths(root)
 
 
 def analysis(sweep: SweepConfig, paths: SweepPaths) -> Any:
     from ray.tune import ExperimentAnalysis
 
-    if not (paths.tune / "experiment_state.json").exists() and not list(paths.tune.glob("experiment_state*.json")):
+    states = sorted(paths.tune.glob("experiment_state*.json"))
+    if not states:
         raise TunerError(f"{paths.root}: no Tune experiment state in {paths.tune}; did the sweep start?")
-    return ExperimentAnalysis(str(paths.tune), default_metric=sweep.metric, default_mode=sweep.mode)
+    try:
+        return ExperimentAnalysis(str(paths.tune), default_metric=sweep.metric, default_mode=sweep.mode)
+    except Exception as error:  # Tune's loader raises whatever its parser met
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise TunerError(
+            f"{states[-1]}: Tune's experiment state cannot be read ({type(error).__name__}: {reason})"
+        ) from None
 
 
 def trial_summaries(sweep: SweepConfig, paths: SweepPaths) -> list[TrialSummary]:
-    from tuner.tracking import trial_histories
-
     experiment = analysis(sweep, paths)
-    histories = trial_histories(paths.root)
-    pick = max if sweep.mode == "max" else min
+    histories = store.trial_histories(paths)
     summaries = []
     for trial in experiment.trials:
         records = histories.get(trial.trial_id, [])  # every reported epoch
-        scored = [r for r in records if sweep.metric in r]
-        best = pick(scored, key=lambda r: r[sweep.metric]) if scored else None
+        best = store.best_epoch({trial.trial_id: records}, sweep.metric, sweep.mode)
         epochs = int(records[-1]["training_iteration"]) if records else 0
         summaries.append(
             TrialSummary(
@@ -62,8 +67,8 @@ def trial_summaries(sweep: SweepConfig, paths: SweepPaths) -> list[TrialSummary]
                 status=_status(trial.status, epochs, sweep.max_epochs),
                 epochs=epochs,
                 config=dict(trial.config),
-                best_epoch=int(best["training_iteration"]) if best else None,
-                best_value=float(best[sweep.metric]) if best else None,
+                best_epoch=best.epoch if best else None,
+                best_value=best.value if best else None,
                 last=records[-1] if records else {},
             )
         )
@@ -78,12 +83,13 @@ def _status(tune_status: str, epochs: int, max_epochs: int) -> str:
     )
 
 
-def best_trial(sweep: SweepConfig, summaries: list[TrialSummary]) -> TrialSummary:
-    scored = [s for s in summaries if s.best_value is not None]
-    if not scored:
-        raise TunerError(f"no trial of sweep {sweep.name!r} has reported {sweep.metric} yet")
-    pick = max if sweep.mode == "max" else min
-    return pick(scored, key=lambda s: s.best_value)
+def best_trial(sweep: SweepConfig, paths: SweepPaths, summaries: list[TrialSummary]) -> TrialSummary:
+    """The summary of the trial ``tuner.store.best_epoch`` names."""
+    best = store.best_epoch(store.trial_histories(paths), sweep.metric, sweep.mode)
+    chosen = next((s for s in summaries if best is not None and s.trial_id == best.trial_id), None)
+    if chosen is None:
+        raise TunerError(f"{paths.root}: no trial of sweep {sweep.name!r} has reported {sweep.metric} yet")
+    return chosen
 
 
 def result_grid(sweep: SweepConfig, paths: SweepPaths) -> Any:

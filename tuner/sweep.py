@@ -1,9 +1,11 @@
 """Run a validated sweep: start (or join) Ray, build the Tune objects, fit, export.
 
-Everything a sweep writes lives under ``<output_dir>/<name>/``::
+Everything a sweep writes lives in its own folder, ``<output_dir>/<name>/`` (or
+``<name>-2``, ... when that one is taken), owned by tuner/store.py::
 
     sweep.yaml   the resolved config        tune/   Tune state, one folder per trial
-    train/       Ray Train runs' storage    best/   the exported best model
+    history/     every epoch, per trial      best/   the exported best model
+    train/       Ray Train runs' storage     lock    held by the process writing it
 """
 
 from __future__ import annotations
@@ -19,35 +21,12 @@ from typing import Any
 
 import yaml
 
+from tuner import store
 from tuner.config import SweepConfig
 from tuner.errors import TunerError
+from tuner.store import SweepLock, SweepPaths, claim_new, release_unused, write_atomic
 
 DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation for the trial driver process
-
-
-@dataclass(frozen=True)
-class SweepPaths:
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "sweep.yaml"
-
-    @property
-    def tune(self) -> Path:
-        return self.root / "tune"
-
-    @property
-    def train(self) -> Path:
-        return self.root / "train"
-
-    @property
-    def best(self) -> Path:
-        return self.root / "best"
-
-
-def paths_for(sweep: SweepConfig) -> SweepPaths:
-    return SweepPaths(Path(sweep.output_dir).expanduser().resolve() / sweep.name)
 
 
 def start_ray(address: str | None, *, verbose: bool = False) -> bool:
@@ -131,13 +110,23 @@ def describe(sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: Sw
     )
 
 
+def _earlier_run_note(sweep: SweepConfig, paths: SweepPaths) -> list[str]:
+    """A second run of a sweep goes to a new folder; say where the first one is."""
+    if paths.root.name == sweep.name:
+        return []
+    earlier = paths.root.with_name(sweep.name)
+    if (earlier / "best" / "metrics.json").is_file():
+        return [f"  ({earlier} holds an earlier, finished run of this sweep, kept as it is)"]
+    return [f"  ({earlier} holds an earlier run, kept as it is; 'python -m tuner resume {earlier}' continues it)"]
+
+
 def build_tuner(
     sweep: SweepConfig, paths: SweepPaths, data_ref: Any, use_gpu: bool, slots: int, *, restore: bool = False
 ) -> Any:
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
     from ray import tune
 
-    from tuner import schedulers, searchers, spaces, tracking
+    from tuner import schedulers, searchers, spaces, store, tracking
     from tuner.trial import TrialSetup, driver_resources, trial_driver
 
     fail_at = os.environ.get("TUNER_TEST_FAIL_AT_EPOCH")
@@ -182,8 +171,8 @@ def build_tuner(
             ),
             failure_config=tune.FailureConfig(max_failures=sweep.trials.max_failures),
             callbacks=[
-                tracking.make_history_callback(paths.root),
-                *([tracking.make_callback(sweep, paths.root)] if sweep.tracking.mlflow.enabled else []),
+                store.make_records_callback(paths),
+                *([tracking.make_callback(sweep, paths)] if sweep.tracking.mlflow.enabled else []),
             ],
             verbose=1,
         ),
@@ -191,11 +180,7 @@ def build_tuner(
 
 
 def save_resolved_config(sweep: SweepConfig, paths: SweepPaths) -> None:
-    paths.root.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False)
-    tmp = paths.config.with_suffix(".yaml.tmp")
-    tmp.write_text(text)
-    tmp.replace(paths.config)
+    write_atomic(paths.config, yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
 
 
 class SweepInterrupted(Exception):
@@ -246,15 +231,16 @@ class SweepOutcome:
 
 
 def run_sweep(
-    sweep: SweepConfig, *, address: str | None = None, verbose: bool = False, resume: bool = False
+    sweep: SweepConfig, *, address: str | None = None, verbose: bool = False, paths: SweepPaths | None = None
 ) -> SweepOutcome:
-    """Run (or resume) a sweep end to end, then export its best model."""
-    import ray
+    """Run a sweep in a folder of its own and export its best model; with ``paths``,
+    resume the sweep in that folder instead.
 
-    from tuner import export, tracking
+    A new sweep never writes into an existing folder: it claims ``<name>``, else
+    ``<name>-2``, ... The folder is locked for as long as this process writes to it.
+    """
     from tuner.data import load_training_data
 
-    paths = paths_for(sweep)
     data = load_training_data(
         sweep.data.dataset,
         sweep.data.root,
@@ -263,30 +249,72 @@ def run_sweep(
         seed=sweep.seed,
         download=sweep.data.download,
     )
-    started_ray = start_ray(address, verbose=verbose)
-    try:
-        cluster = ray.cluster_resources()
-        use_gpu = decide_gpu(sweep, cluster)
-        slots = concurrent_trials(sweep, cluster, use_gpu)
-        print(describe(sweep, slots, use_gpu, data, paths), flush=True)
+    resume = paths is not None
+    if paths is None:
+        paths = claim_new(sweep.output_dir, sweep.name)
+    with SweepLock(paths):
+        if resume and not can_resume(paths):
+            raise TunerError(f"{paths.root}: no Tune experiment state to resume in {paths.tune}")
         if not resume:
             save_resolved_config(sweep, paths)
-        data_ref = ray.put(data)
-        tuner = build_tuner(sweep, paths, data_ref, use_gpu, slots, restore=resume)
-        with _stop_cleanly_on_ctrl_c() as interrupted:
-            results = tuner.fit()
-        del data_ref
-        if interrupted.is_set():
-            if sweep.tracking.mlflow.enabled:
-                tracking.SweepRecord(sweep, paths.root).fail()
-            raise SweepInterrupted(paths.root)
-        exported = export.export_best(sweep, paths, results)
-        if sweep.tracking.mlflow.enabled:
-            record = tracking.SweepRecord(sweep, paths.root)
-            exported.metrics["model_version"] = record.finish(
-                exported.metrics, paths.best, exported.model, exported.example_input()
-            )
-        return SweepOutcome(paths, results, exported.metrics)
+        try:
+            return _fit_and_export(sweep, paths, data, address=address, verbose=verbose, resume=resume)
+        except BaseException:
+            if not resume:
+                release_unused(paths)  # only if nothing but its config was written
+            raise
+
+
+def _fit_and_export(
+    sweep: SweepConfig, paths: SweepPaths, data: Any, *, address: str | None, verbose: bool, resume: bool
+) -> SweepOutcome:
+    """Start or join Ray, fit, export; a write the machine refused ends it in one line."""
+    import ray
+
+    store.FAILED_WRITES.clear()
+    started_ray = start_ray(address, verbose=verbose)
+    try:
+        return _run(sweep, paths, data, resume=resume)
+    except Exception as error:
+        failure = store.failed_write(error, paths.root)
+        if failure is None:
+            raise
+        raise store.StorageError(
+            f"{failure}; the sweep stopped: free space (or make the folder writable), then continue it with: "
+            f"python -m tuner resume {paths.root}"
+        ) from None
     finally:
         if started_ray:
             ray.shutdown()
+
+
+def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool) -> SweepOutcome:
+    import ray
+
+    from tuner import export, tracking
+
+    cluster = ray.cluster_resources()
+    use_gpu = decide_gpu(sweep, cluster)
+    slots = concurrent_trials(sweep, cluster, use_gpu)
+    print(describe(sweep, slots, use_gpu, data, paths), flush=True)
+    for line in [] if resume else _earlier_run_note(sweep, paths):
+        print(line, flush=True)
+    data_ref = ray.put(data)
+    tuner = build_tuner(sweep, paths, data_ref, use_gpu, slots, restore=resume)
+    with _stop_cleanly_on_ctrl_c() as interrupted:
+        results = tuner.fit()
+    del data_ref
+    for error in results.errors:  # a trial that could not write its checkpoint: a full disk
+        if store.failed_write(error, paths.root) is not None:
+            raise error
+    if interrupted.is_set():
+        if sweep.tracking.mlflow.enabled:
+            tracking.SweepRecord(sweep, paths).fail()
+        raise SweepInterrupted(paths.root)
+    exported = export.export_best(sweep, paths, results, to=paths.best, overwrite=True)
+    if sweep.tracking.mlflow.enabled:
+        record = tracking.SweepRecord(sweep, paths)
+        exported.metrics["model_version"] = record.finish(
+            exported.metrics, paths.best, exported.model, exported.example_input()
+        )
+    return SweepOutcome(paths, results, exported.metrics)

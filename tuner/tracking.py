@@ -1,25 +1,31 @@
 """MLflow records: one parent run per sweep, one nested run per trial, the model registered.
 
-Only the sweep's driver process writes to MLflow (a Tune callback), so concurrent
-trials never contend for the sqlite store. ``<sweep>/mlflow.json`` maps trials to
-their runs, so a resumed sweep, a PBT clone or a retried trial keeps writing to the
-run it already has (no duplicates) and each metric history stays monotone in step.
+Only a sweep's driver process writes to MLflow (a Tune callback), so its concurrent
+trials never contend for the sqlite store. Several sweeps may share one store (the
+default ``<output_dir>/mlflow.db``): its creation is serialised with a file lock and
+every call that meets "database is locked" is retried with back-off, so no record is
+lost. ``<sweep>/mlflow.json`` (kept by tuner/store.py) maps trials to their runs, so a
+resumed sweep, a PBT clone or a retried trial keeps writing to the run it already has
+(no duplicates) and each metric history stays monotone in step.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import fcntl
+import functools
 import os
+import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tuner import store
 from tuner.config import SweepConfig
+from tuner.store import TRIAL_METRICS, SweepPaths
 
-STATE_FILE = "mlflow.json"
-TRIAL_METRICS = ("train_loss", "val_loss", "val_accuracy", "lr", "compute_s", "images_per_s")
+LOCKED_SECONDS = 300.0  # how long a call keeps retrying a locked store
 
 
 def tracking_uri(sweep: SweepConfig) -> str:
@@ -37,18 +43,19 @@ def registered_model_name(sweep: SweepConfig) -> str:
 class SweepRecord:
     """The sweep's parent run and the trial -> run map, persisted beside the outputs."""
 
-    def __init__(self, sweep: SweepConfig, sweep_dir: Path):
+    def __init__(self, sweep: SweepConfig, paths: SweepPaths):
         from mlflow.tracking import MlflowClient
 
         self.sweep = sweep
-        self.uri = tracking_uri(sweep)
-        self.client = MlflowClient(self.uri)
-        self.state_path = sweep_dir / STATE_FILE
-        state = json.loads(self.state_path.read_text()) if self.state_path.is_file() else {}
+        self.paths = paths
+        state = store.read_mlflow_state(paths)
+        self.uri = state.get("tracking_uri") or tracking_uri(sweep)  # a resume keeps its store
         self.trials: dict[str, str] = state.get("trials", {})
         self.last_step: dict[str, int] = state.get("last_step", {})
-        self.experiment_id = state.get("experiment_id") or self._experiment_id()
-        self.parent_run_id = state.get("parent_run_id") or self._start_parent(sweep_dir)
+        with _creating_store(self.uri):
+            self.client = _Retrying(MlflowClient(self.uri))
+            self.experiment_id = state.get("experiment_id") or self._experiment_id()
+        self.parent_run_id = state.get("parent_run_id") or self._start_parent()
         self.client.update_run(self.parent_run_id, status="RUNNING")
         self.save()
 
@@ -62,14 +69,20 @@ class SweepRecord:
             artifacts = (Path(self.uri.removeprefix("sqlite:///")).parent / "mlartifacts").as_uri()
         # The kind tag opens the UI on the training-runs view rather than the GenAI one.
         tags = {"mlflow.experimentKind": "custom_model_development"}
-        return self.client.create_experiment(name, artifact_location=artifacts, tags=tags)
+        try:
+            return self.client.create_experiment(name, artifact_location=artifacts, tags=tags)
+        except Exception:  # another sweep created it in between (a server store: no file lock)
+            experiment = self.client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+            return experiment.experiment_id
 
-    def _start_parent(self, sweep_dir: Path) -> str:
+    def _start_parent(self) -> str:
         sweep = self.sweep
         run = self.client.create_run(
             self.experiment_id,
-            run_name=sweep.name,
-            tags={"tuner.kind": "sweep", "tuner.sweep": sweep.name, "tuner.output": str(sweep_dir)},
+            run_name=self.paths.root.name,  # the folder: a second run of a sweep is <name>-2
+            tags={"tuner.kind": "sweep", "tuner.sweep": sweep.name, "tuner.output": str(self.paths.root)},
         )
         run_id = run.info.run_id
         params = {
@@ -86,9 +99,8 @@ class SweepRecord:
         params.update({f"searcher.{k}": v for k, v in sweep.searcher.model_dump().items() if k != "name"})
         params.update({f"scheduler.{k}": v for k, v in sweep.scheduler.model_dump(mode="json").items() if k != "name"})
         _log_params(self.client, run_id, params)
-        config_file = sweep_dir / "sweep.yaml"
-        if config_file.is_file():
-            self.client.log_artifact(run_id, str(config_file))
+        if self.paths.config.is_file():
+            self.client.log_artifact(run_id, str(self.paths.config))
         return run_id
 
     def save(self) -> None:
@@ -99,9 +111,7 @@ class SweepRecord:
             "trials": self.trials,
             "last_step": self.last_step,
         }
-        tmp = self.state_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_path)
+        store.write_mlflow_state(self.paths, state)
 
     def trial_run(self, trial_id: str, config: dict[str, Any]) -> str:
         """The trial's child run, created once (a restarted trial keeps its run)."""
@@ -153,15 +163,19 @@ class SweepRecord:
         for name in ("config.yaml", "metrics.json"):
             self.client.log_artifact(parent, str(best_dir / name), artifact_path="best")
         name = registered_model_name(self.sweep)
-        with _fluent_uri(self.uri), mlflow.start_run(run_id=parent):
-            info = mlflow.pytorch.log_model(
-                model,
-                name="model",
-                input_example=example,
-                registered_model_name=name,
-                # Stated, not inferred: inference imports the model in a subprocess (~8 s).
-                pip_requirements=_model_requirements(),
-            )
+
+        def log_model() -> Any:
+            with _fluent_uri(self.uri), mlflow.start_run(run_id=parent):
+                return mlflow.pytorch.log_model(
+                    model,
+                    name="model",
+                    input_example=example,
+                    registered_model_name=name,
+                    # Stated, not inferred: inference imports the model in a subprocess (~8 s).
+                    pip_requirements=_model_requirements(),
+                )
+
+        info = _retrying(log_model)
         version = getattr(info, "registered_model_version", None)
         if version is not None:
             for key, value in (
@@ -175,6 +189,65 @@ class SweepRecord:
 
     def fail(self) -> None:
         self.client.set_terminated(self.parent_run_id, status="KILLED")
+
+
+def _is_locked(error: BaseException) -> bool:
+    """Whether an error (or what caused it) is sqlite's "database is locked"."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if "database is locked" in str(error) or "database table is locked" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call``, retried with jittered exponential back-off while the store is locked."""
+    delay, deadline = 0.05, time.monotonic() + LOCKED_SECONDS
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception as error:
+            if _is_locked(error) and time.monotonic() < deadline:
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 2.0)
+                continue
+            failure = store.failed_write(error, "the MLflow store")  # a full disk under it: one line
+            if failure is not None:
+                raise failure from None
+            raise
+
+
+class _Retrying:
+    """An MlflowClient whose every call goes through ``_retrying``."""
+
+    def __init__(self, client: Any):
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        return functools.partial(_retrying, attribute) if callable(attribute) else attribute
+
+
+@contextlib.contextmanager
+def _creating_store(uri: str) -> Iterator[None]:
+    """Hold ``<db>.lock`` while a sqlite store is opened (and, the first time, created):
+    two sweeps creating one store at once would otherwise race its schema migrations."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    database = Path(uri.removeprefix("sqlite:///"))
+    lock_path = database.with_name(database.name + ".lock")
+    with store.writing_to(lock_path):
+        database.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def _model_requirements() -> list[str]:
@@ -216,7 +289,7 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
 
 
-def make_callback(sweep: SweepConfig, sweep_dir: Path) -> Any:
+def make_callback(sweep: SweepConfig, paths: SweepPaths) -> Any:
     """A Tune callback that mirrors trial events into the sweep's MLflow record.
 
     It holds only the config and folder (it is pickled with the experiment, for
@@ -231,7 +304,7 @@ def make_callback(sweep: SweepConfig, sweep_dir: Path) -> Any:
             self.record: SweepRecord | None = None
 
         def setup(self, **info: Any) -> None:
-            self.record = SweepRecord(sweep, sweep_dir)
+            self.record = SweepRecord(sweep, paths)
 
         def on_trial_start(self, iteration, trials, trial, **info):
             self.record.trial_run(trial.trial_id, trial.config)
@@ -255,86 +328,3 @@ def make_callback(sweep: SweepConfig, sweep_dir: Path) -> Any:
             return {"record": None}  # the MLflow client is reopened in setup()
 
     return MlflowTrials()
-
-
-# --- the sweep's own epoch history ---------------------------------------------------------
-HISTORY_DIR = "history"
-HISTORY_KEYS = (
-    "trial_id",
-    "training_iteration",
-    "epoch",
-    *TRIAL_METRICS,
-    "resumed_from",
-    "world_size",
-    "time_total_s",
-    "entered_at",  # wall clock: the trial function began ...
-    "first_step_at",  # ... and its first training step began (per start or restart)
-)
-TIMELINE_FILE = "timeline.jsonl"
-
-
-def append_history(sweep_dir: Path, trial_id: str, result: dict[str, Any]) -> bool:
-    """Append one epoch to ``history/<trial>.jsonl``; False if it replaced re-run epochs.
-
-    Tune's own result.json is staged in Ray's session folder and copied back stale when
-    a trial restarts (PBT, retries, resume), losing epochs; this log is written by the
-    driver as each result arrives and never rewritten.
-    """
-    folder = sweep_dir / HISTORY_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{trial_id}.jsonl"
-    step = int(result["training_iteration"])
-    row = {key: _plain(result[key]) for key in HISTORY_KEYS if key in result}
-    rows = read_history(path)
-    if any(old["training_iteration"] >= step for old in rows):
-        # A restored trial re-ran epochs whose checkpoints were lost (a crash before
-        # Tune saved its state): the re-run is the lineage that continues, and the one
-        # whose checkpoints exist, so it replaces them.
-        kept = [old for old in rows if old["training_iteration"] < step]
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(old) + "\n" for old in [*kept, row]))
-        tmp.replace(path)
-        return False
-    with open(path, "a") as handle:
-        handle.write(json.dumps(row) + "\n")
-    return True
-
-
-def read_history(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def trial_histories(sweep_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every epoch every trial reported, by trial id, in order."""
-    return {p.stem: read_history(p) for p in sorted((sweep_dir / HISTORY_DIR).glob("*.jsonl"))}
-
-
-def make_history_callback(sweep_dir: Path) -> Any:
-    from ray.tune import Callback
-
-    class TrialHistory(Callback):
-        """Each epoch to ``history/<trial>.jsonl``; trial starts and ends to ``timeline.jsonl``."""
-
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            append_history(sweep_dir, trial.trial_id, result)
-
-        def on_trial_start(self, iteration, trials, trial, **info):
-            self._event(trial, "start")
-
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            self._event(trial, "end")
-
-        def on_trial_error(self, iteration, trials, trial, **info):
-            self._event(trial, "error")
-
-        def on_trial_recover(self, iteration, trials, trial, **info):
-            self._event(trial, "recover")
-
-        def _event(self, trial: Any, event: str) -> None:
-            row = {"time": time.time(), "trial_id": trial.trial_id, "event": event}
-            with open(sweep_dir / TIMELINE_FILE, "a") as handle:
-                handle.write(json.dumps(row) + "\n")
-
-    return TrialHistory()

@@ -1,0 +1,427 @@
+"""The sweep folder, ``<output_dir>/<name>/``: one module owns it.
+
+Its paths, the lock held by the one process writing it, every write (atomic, or an
+append that leaves no partial line), the records tuner keeps there (``history/``,
+``timeline.jsonl``, ``mlflow.json``) and the one definition of "best". status, best,
+export, MLflow and the sweep itself all go through here, so a second run, a second
+process or a full disk cannot mix or lose what a sweep recorded.
+
+A new sweep always claims a folder no run has used (``<name>``, else ``<name>-2``,
+``<name>-3``, ...); only ``resume`` goes back into an existing one, under its lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import itertools
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import TunerError
+
+CONFIG_FILE = "sweep.yaml"
+LOCK_FILE = "lock"
+HISTORY_DIR = "history"
+TIMELINE_FILE = "timeline.jsonl"
+MLFLOW_FILE = "mlflow.json"
+TRIAL_METRICS = ("train_loss", "val_loss", "val_accuracy", "lr", "compute_s", "images_per_s")
+HISTORY_KEYS = (
+    "trial_id",
+    "training_iteration",
+    "epoch",
+    *TRIAL_METRICS,
+    "resumed_from",
+    "world_size",
+    "time_total_s",
+    "entered_at",  # wall clock: the trial function began ...
+    "first_step_at",  # ... and its first training step began (per start or restart)
+)
+
+
+class StorageError(TunerError):
+    """The machine refused a write (disk full, read-only, no permission): one line, and
+    what was recorded before is kept."""
+
+
+# Write failures met in this process since the sweep started (Tune turns an error in
+# one of its callbacks into a TuneError that carries only text): the driver names the
+# first one when Tune stops.
+FAILED_WRITES: list[StorageError] = []
+MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+FULL_DISK_TEXTS = ("No space left on device", "database or disk is full", "readonly database", "Disk quota exceeded")
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+@dataclass(frozen=True)
+class SweepPaths:
+    """Where each record of one sweep lives."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK_FILE
+
+    @property
+    def tune(self) -> Path:
+        return self.root / "tune"
+
+    @property
+    def train(self) -> Path:
+        return self.root / "train"
+
+    @property
+    def best(self) -> Path:
+        return self.root / "best"
+
+    @property
+    def history(self) -> Path:
+        return self.root / HISTORY_DIR
+
+    @property
+    def timeline(self) -> Path:
+        return self.root / TIMELINE_FILE
+
+    @property
+    def mlflow_state(self) -> Path:
+        return self.root / MLFLOW_FILE
+
+
+# --- writes -----------------------------------------------------------------------------
+def umask() -> int:
+    """The process's umask, read once at import."""
+    return _UMASK
+
+
+def storage_error(path: Path | str, error: BaseException | str) -> StorageError:
+    """The one-line error for a write the machine refused (and a note of it for the driver)."""
+    reason = error if isinstance(error, str) else getattr(error, "strerror", None) or type(error).__name__
+    failure = StorageError(f"{path}: cannot write ({reason}); what was recorded before it is kept")
+    FAILED_WRITES.append(failure)
+    return failure
+
+
+def failed_write(error: BaseException, where: Path | str = "the output folder") -> StorageError | None:
+    """The write failure behind ``error`` (a stopped fit, a failed export), if there is one;
+    ``where`` names the place when the error itself does not."""
+    if FAILED_WRITES:
+        return FAILED_WRITES[0]
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, StorageError):
+            return cause
+        if isinstance(cause, OSError) and cause.errno in MACHINE_ERRNOS:
+            return storage_error(cause.filename or where, cause)
+        text = next((t for t in FULL_DISK_TEXTS if t in str(cause)), None)
+        if text is not None:
+            return storage_error(where, text)
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+@contextlib.contextmanager
+def writing_to(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as error:
+        raise storage_error(path, error) from None
+
+
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write a whole file or nothing: a temporary file beside it, then a rename."""
+    path = Path(path)
+    with writing_to(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = tempfile.NamedTemporaryFile(
+            "wb", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
+        )
+        try:
+            with handle:
+                os.fchmod(handle.fileno(), 0o666 & ~_UMASK)  # as open() would; mkstemp gives 0600
+                handle.write(text.encode() if isinstance(text, str) else text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(handle.name, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(handle.name)
+            raise
+
+
+def append_line(path: Path, row: dict[str, Any]) -> None:
+    """Append one JSON line; on a failed write the file is cut back to its last whole line."""
+    path = Path(path)
+    line = (json.dumps(row) + "\n").encode()
+    with writing_to(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                if os.write(fd, line) != len(line):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            except OSError:
+                os.ftruncate(fd, size)  # needs no space
+                raise
+        finally:
+            os.close(fd)
+
+
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSON-lines record; a corrupt line is one TunerError naming file and line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise TunerError(f"{path}: cannot be read ({_reason(error)})") from None
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise TunerError(
+                f"{path}:{number}: not a JSON record ({error.msg}); the file is corrupt or was cut short"
+            ) from None
+        if not isinstance(row, dict):
+            raise TunerError(f"{path}:{number}: not a JSON record (got {type(row).__name__})")
+        rows.append(row)
+    return rows
+
+
+def read_json(path: Path, *, what: str) -> dict[str, Any]:
+    """A JSON object file written by tuner; a malformed one is one TunerError naming it."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise TunerError(f"{path}: not a readable {what} ({_reason(error)})") from None
+    if not isinstance(value, dict):
+        raise TunerError(f"{path}: not a readable {what} (a JSON object expected, got {type(value).__name__})")
+    return value
+
+
+def _reason(error: BaseException) -> str:
+    text = getattr(error, "strerror", None) or getattr(error, "msg", None) or str(error)
+    return f"{type(error).__name__}: {str(text).splitlines()[0] if str(text).strip() else ''}".rstrip(": ")
+
+
+# --- claiming and locking ---------------------------------------------------------------------
+def claim_new(output_dir: str | Path, name: str) -> SweepPaths:
+    """A folder no run has used: ``<name>``, else ``<name>-2``, ``<name>-3``, ...
+
+    ``mkdir`` either creates the folder or fails, so two sweeps started at once never
+    get the same one, and an existing folder (a finished sweep, an unfinished one, or
+    anything of the user's) is never written into.
+    """
+    parent = Path(output_dir).expanduser().resolve()
+    with writing_to(parent):
+        parent.mkdir(parents=True, exist_ok=True)
+        for number in itertools.count(1):
+            root = parent / (name if number == 1 else f"{name}-{number}")
+            try:
+                root.mkdir()
+            except FileExistsError:
+                continue
+            return SweepPaths(root)
+    raise AssertionError("unreachable")
+
+
+def release_unused(paths: SweepPaths) -> None:
+    """Remove a claimed folder that never got past its config and lock (Ray failed to
+    start, say), so the next run takes the name again. Only tuner's own two files."""
+    try:
+        if {p.name for p in paths.root.iterdir()} - {CONFIG_FILE, LOCK_FILE}:
+            return  # the sweep got further: keep everything
+    except OSError:
+        return
+    for path in (paths.config, paths.lock):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    with contextlib.suppress(OSError):
+        paths.root.rmdir()  # only if nothing else is in it
+
+
+class SweepLock:
+    """An exclusive lock on a sweep folder, held by the one process writing it.
+
+    ``flock`` is released by the kernel when the holder exits, even by SIGKILL, so a
+    crashed sweep never leaves a stale lock. The file names the holder, for the
+    message the next process prints.
+    """
+
+    def __init__(self, paths: SweepPaths):
+        self.paths = paths
+        self._fd: int | None = None
+
+    def __enter__(self) -> SweepLock:
+        path = self.paths.lock
+        with writing_to(path):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = _holder(path)
+            raise TunerError(f"{self.paths.root} is in use by {holder}; wait for it to end, or stop it") from None
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": " ".join(["python -m tuner", *sys.argv[1:]]) if sys.argv else "tuner",
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        with contextlib.suppress(OSError):  # the lock holds even if the note cannot be written
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder).encode() + b"\n", 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _holder(path: Path) -> str:
+    try:
+        holder = json.loads(path.read_text())
+        return f"process {holder['pid']} on {holder['host']} ({holder['command']}, since {holder['since']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process"
+
+
+# --- the sweep's own records ------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """numpy scalars to Python values, for JSON."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
+
+
+def history_file(paths: SweepPaths, trial_id: str) -> Path:
+    return paths.history / f"{trial_id}.jsonl"
+
+
+def append_history(paths: SweepPaths, trial_id: str, result: dict[str, Any]) -> bool:
+    """Append one epoch to ``history/<trial>.jsonl``; False if it replaced re-run epochs.
+
+    Tune's own result.json is staged in Ray's session folder and copied back stale when
+    a trial restarts (PBT, retries, resume), losing epochs; this log is written by the
+    driver as each result arrives.
+    """
+    path = history_file(paths, trial_id)
+    step = int(result["training_iteration"])
+    row = {key: _plain(result[key]) for key in HISTORY_KEYS if key in result}
+    rows = read_json_lines(path)
+    if any(old["training_iteration"] >= step for old in rows):
+        # A restored trial re-ran epochs whose checkpoints were lost (a crash before
+        # Tune saved its state): the re-run is the lineage that continues, and the one
+        # whose checkpoints exist, so it replaces them.
+        kept = [old for old in rows if old["training_iteration"] < step]
+        write_atomic(path, "".join(json.dumps(old) + "\n" for old in [*kept, row]))
+        return False
+    append_line(path, row)
+    return True
+
+
+def trial_histories(paths: SweepPaths) -> dict[str, list[dict[str, Any]]]:
+    """Every epoch every trial reported, by trial id (sorted), in order."""
+    histories = {}
+    for path in sorted(paths.history.glob("*.jsonl")):
+        rows = read_json_lines(path)
+        for number, row in enumerate(rows, start=1):
+            if not isinstance(row.get("training_iteration"), int):
+                raise TunerError(f"{path}:{number}: a history row without its epoch (training_iteration)")
+        histories[path.stem] = rows
+    return histories
+
+
+def append_timeline(paths: SweepPaths, trial_id: str, event: str, **extra: Any) -> None:
+    append_line(paths.timeline, {"time": time.time(), "trial_id": trial_id, "event": event, **extra})
+
+
+def read_timeline(paths: SweepPaths) -> list[dict[str, Any]]:
+    return read_json_lines(paths.timeline)
+
+
+def read_mlflow_state(paths: SweepPaths) -> dict[str, Any]:
+    """The trial -> MLflow run map (empty before the first write)."""
+    if not paths.mlflow_state.exists():
+        return {}
+    state = read_json(paths.mlflow_state, what="MLflow run map")
+    for key, kind in (("tracking_uri", str), ("parent_run_id", str), ("trials", dict)):
+        if key in state and not isinstance(state[key], kind):
+            raise TunerError(f"{paths.mlflow_state}: not a readable MLflow run map ({key} is not a {kind.__name__})")
+    return state
+
+
+def write_mlflow_state(paths: SweepPaths, state: dict[str, Any]) -> None:
+    write_atomic(paths.mlflow_state, json.dumps(state, indent=2))
+
+
+# --- the one definition of "best" ---------------------------------------------------------------
+@dataclass(frozen=True)
+class BestEpoch:
+    trial_id: str
+    epoch: int  # Tune's training_iteration
+    value: float
+    row: dict[str, Any]
+
+
+def best_epoch(histories: dict[str, list[dict[str, Any]]], metric: str, mode: str) -> BestEpoch | None:
+    """The sweep's metric, by its mode, over every epoch of every trial.
+
+    Ties go to the first in trial-id order, then epoch order, so every caller (status,
+    best, export, MLflow) names the same trial and epoch.
+    """
+    better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
+    best: BestEpoch | None = None
+    for trial_id in sorted(histories):
+        for row in histories[trial_id]:
+            value = row.get(metric)
+            if not isinstance(value, (int, float)) or value != value:  # absent or NaN
+                continue
+            if best is None or better(value, best.value):
+                best = BestEpoch(trial_id, int(row["training_iteration"]), float(value), row)
+    return best
+
+
+def make_records_callback(paths: SweepPaths) -> Any:
+    """A Tune callback (in the driver) that keeps ``history/`` and ``timeline.jsonl``."""
+    from ray.tune import Callback
+
+    class SweepRecords(Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            append_history(paths, trial.trial_id, result)
+
+        def on_trial_start(self, iteration, trials, trial, **info):
+            append_timeline(paths, trial.trial_id, "start")
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            append_timeline(paths, trial.trial_id, "end")
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            append_timeline(paths, trial.trial_id, "error")
+
+        def on_trial_recover(self, iteration, trials, trial, **info):
+            append_timeline(paths, trial.trial_id, "recover")
+
+    return SweepRecords()
