@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-sweep: $(VENV)/.installed  ## the default sweep: MNIST, ASHA, local Ray, MLflow in ./mlflow.db
+sweep: $(VENV)/.installed  ## the default sweep: MNIST, ASHA, local Ray, MLflow in runs/mlflow.db; a second run goes to runs/mnist_asha-2
 	$(PY) -m tuner sweep mnist_asha.yaml
 
 test: $(VENV)/.installed  ## unit tests, then integration tests on a real local Ray

@@ -5,7 +5,7 @@ Tune function (the trial driver) builds a ``TorchTrainer`` and forwards its repo
 with ``TuneReportCallback``; each worker builds its data with
 ``torchvision.datasets.MNIST(..., transform=ToTensor())`` and a ``DataLoader``
 (``prepare_data_loader``), trains, evaluates, and reports a checkpoint every epoch.
-ASHA stops trials as in tuner's sweep. The drivers take a custom resource (NOTES-ray.md:
+ASHA stops trials as in tuner's sweep. The drivers take a custom resource (docs/ray-notes.md:
 a CPU each would deadlock two trials on two CPUs), the workers one CPU each.
 """
 

@@ -21,7 +21,7 @@ def _no_tracking_uri_leak():
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """One real local Ray per test module: 2 CPUs, dashboard on 127.0.0.1 (see NOTES-ray.md)."""
+    """One real local Ray per test module: 2 CPUs, dashboard on 127.0.0.1 (docs/ray-notes.md: the dashboard frees stopped trials' CPUs)."""
     import ray
 
     ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False)

@@ -201,7 +201,7 @@ SchedulerConfig = Annotated[
 class TrialsConfig(Strict):
     num_samples: int = Field(4, ge=1)  # trials (per grid point, with grid values)
     max_concurrent: int | None = Field(None, ge=1)  # None: as many as resources allow
-    time_budget_s: float | None = Field(None, gt=0)  # stop starting trials after this
+    time_budget_s: float | None = Field(None, gt=0)  # the sweep's wall-clock budget (Tune's)
     max_failures: int = Field(0, ge=0)  # retries per trial, from its last checkpoint
 
 

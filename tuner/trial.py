@@ -10,7 +10,7 @@
   Train's rank 0 back to Tune.
 
 Either way Tune holds real checkpoints (PBT exploits, HyperBand pause/resume, retries
-and the best export all need them; see NOTES-ray.md), and the loop, its metrics and
+and the best export all need them; see docs/ray-notes.md), and the loop, its metrics and
 its checkpoints are the same: only the ``_Session`` (rank, device, resume, report)
 differs.
 

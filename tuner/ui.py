@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.errors import TunerError
+from tuner.store import SweepPaths, read_mlflow_state
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,12 @@ def find_targets(output: Path) -> UiTargets:
     output = output.expanduser().resolve()
     if not output.is_dir():
         raise TunerError(f"{output}: no such folder; give an output folder such as runs/ or runs/<sweep name>/")
-    state = output / "mlflow.json"
-    if state.is_file():  # a single sweep
-        return UiTargets(output / "tune", json.loads(state.read_text())["tracking_uri"])
+    paths = SweepPaths(output)
+    if paths.mlflow_state.is_file():  # a single sweep
+        uri = read_mlflow_state(paths).get("tracking_uri")
+        if not uri:
+            raise TunerError(f"{paths.mlflow_state}: not a readable MLflow run map (no tracking_uri)")
+        return UiTargets(paths.tune, uri)
     uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{output / 'mlflow.db'}"
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         raise TunerError(f"{output}: no mlflow.db here; run a sweep with output_dir={output} first")
