@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, require
 
 
 def data_root() -> Path:
     """../shared/data when it is there (CI, this repo's machines), else $TUNER_DATA_DIR."""
     root = Path(os.environ.get("TUNER_DATA_DIR") or SHARED_DATA)
-    if not (root / "MNIST" / "raw").is_dir():
-        pytest.skip(f"real MNIST not found under {root}; set TUNER_DATA_DIR")
+    require((root / "MNIST" / "raw").is_dir(), f"real MNIST not found under {root}; set TUNER_DATA_DIR")
     return root
 
 
@@ -130,3 +131,61 @@ def running_ui(output: Path):
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+# --- sweeps as a user runs them: the CLI in a subprocess -------------------------------------
+def tuner_cli(*args: str, timeout: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def start_sweep(sweep_file: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tuner", "sweep", str(sweep_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group: the kill takes Ray's processes with it
+        env={**os.environ, **(env or {})},
+    )
+
+
+def wait_for_results(sweep_root: Path, count: int, process: subprocess.Popen, timeout_s: float = 600) -> None:
+    """Until ``count`` epochs in all have been reported (the sweep's history log)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        lines = sum(len(p.read_text().splitlines()) for p in sweep_root.glob("history/*.jsonl"))
+        if lines >= count:
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"the sweep ended early: {process.communicate()}")
+        time.sleep(0.5)
+    raise AssertionError("no result in time")
+
+
+def kill_ray_under(folder: Path) -> None:
+    subprocess.run(["pkill", "-9", "-f", str(folder)], capture_output=True, timeout=60)
+
+
+def mlflow_children(sweep_root: Path) -> dict[str, list[int]]:
+    """The MLflow trial runs under this sweep folder's parent run: trial id -> val_accuracy steps."""
+    from mlflow.tracking import MlflowClient
+
+    state = json.loads((sweep_root / "mlflow.json").read_text())
+    client = MlflowClient(state["tracking_uri"])
+    parent = state["parent_run_id"]
+    runs = client.search_runs(
+        [state["experiment_id"]], f"tags.tuner.kind = 'trial' and tags.mlflow.parentRunId = '{parent}'"
+    )
+    steps = {}
+    for run in runs:
+        trial_id = run.data.tags["tuner.trial_id"]
+        assert trial_id not in steps, f"two MLflow runs for trial {trial_id}"
+        assert run.data.tags["mlflow.parentRunId"] == state["parent_run_id"]
+        steps[trial_id] = [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")]
+    return steps

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import require
 from integration_helpers import assert_no_leaks, data_root
 
 from tuner.config import EXPERIMENTS_DIR, load_sweep
@@ -18,8 +19,8 @@ EXTRA = {"fashion_resnet_asha": ["data.train_subset=500", "train.batch_size=64"]
 def test_experiment_runs_in_smoke_size(local_ray, tmp_path, path):
     overrides = [f"output_dir={tmp_path}", f"data.root={data_root()}", "data.download=false"]
     sweep = load_sweep(str(path), overrides + EXTRA.get(path.stem, []), smoke=True)
-    if sweep.data.dataset == "fashion_mnist" and not (data_root() / "FashionMNIST" / "raw").is_dir():
-        pytest.skip("Fashion-MNIST not in the data root")
+    if sweep.data.dataset == "fashion_mnist":
+        require((data_root() / "FashionMNIST" / "raw").is_dir(), "Fashion-MNIST not in the data root")
     outcome = run_sweep(sweep)
     assert not outcome.results.errors, outcome.results.errors
     assert len(outcome.results) == sweep.trials.num_samples

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from conftest import require
 
 from tuner.data import DATASETS, load_test_split, normalise, resolve_root
 from tuner.errors import TunerError
@@ -86,8 +87,7 @@ def _train_tiny_cnn(images: np.ndarray, labels: np.ndarray) -> MnistCnn:
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
     """A state_dict export and a TorchScript export of the same tiny trained CNN."""
-    if not (resolve_root(None) / "MNIST" / "raw").is_dir():
-        pytest.skip("real MNIST not found; set TUNER_DATA_DIR")
+    require((resolve_root(None) / "MNIST" / "raw").is_dir(), "real MNIST not found; set TUNER_DATA_DIR")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the machine is shared; this model is tiny
     try:
@@ -264,8 +264,7 @@ def test_idx_file_input_matches_the_data_set_split(exports, test_set_classes, tm
     from tuner.predict import predict_to_csv
 
     idx = resolve_root(None) / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz"
-    if not idx.is_file():
-        pytest.skip(f"{idx} not found")
+    require(idx.is_file(), f"{idx} not found")
     summary = predict_to_csv(exports.state_dict, str(idx), tmp_path / "idx.csv")
     assert summary["images"] == 10000 and "accuracy" not in summary
     header, rows = _read_csv(tmp_path / "idx.csv")

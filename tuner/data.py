@@ -80,14 +80,23 @@ def resolve_root(root: str | None) -> Path:
 def _read_idx(stem: Path) -> np.ndarray:
     """Read an IDX file (``stem`` or ``stem.gz``) into a numpy array."""
     gz = stem.with_name(stem.name + ".gz")
-    opener = (lambda: gzip.open(gz, "rb")) if gz.is_file() else (lambda: open(stem, "rb"))
-    with opener() as handle:
-        raw = handle.read()
+    path = gz if gz.is_file() else stem
+    try:
+        with gzip.open(path, "rb") if path is gz else open(path, "rb") as handle:
+            raw = handle.read()
+    except (OSError, EOFError) as error:  # a cut-short .gz is EOFError, a foreign one BadGzipFile
+        raise TunerError(f"{path}: not a readable IDX file ({type(error).__name__}: {error})") from None
     magic = int.from_bytes(raw[0:4], "big")
-    if magic >> 8 != 0x08:  # 0x08 = unsigned byte data
-        raise TunerError(f"{stem}: not an unsigned-byte IDX file (magic {magic:#x})")
+    if len(raw) < 4 or magic >> 8 != 0x08:  # 0x08 = unsigned byte data
+        raise TunerError(f"{path}: not an unsigned-byte IDX file (magic {magic:#x})")
     ndim = magic & 0xFF
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    expected = 4 + 4 * ndim + int(np.prod(shape))
+    if len(raw) != expected:
+        raise TunerError(
+            f"{path}: a truncated or corrupt IDX file (its header says {expected} bytes for shape "
+            f"{list(shape)}, but it has {len(raw)})"
+        )
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 

@@ -253,8 +253,10 @@ def run_sweep(
     if paths is None:
         paths = claim_new(sweep.output_dir, sweep.name)
     with SweepLock(paths):
-        if resume and not can_resume(paths):
-            raise TunerError(f"{paths.root}: no Tune experiment state to resume in {paths.tune}")
+        if resume:
+            store.read_mlflow_state(paths)  # a malformed run map: refused before any work
+            if not can_resume(paths):
+                raise TunerError(f"{paths.root}: no Tune experiment state to resume in {paths.tune}")
         if not resume:
             save_resolved_config(sweep, paths)
         try:

@@ -179,7 +179,7 @@ class SweepRecord:
         version = getattr(info, "registered_model_version", None)
         if version is not None:
             for key, value in (
-                ("sweep", self.sweep.name),
+                ("sweep", self.paths.root.name),  # the folder: <name>, or <name>-2 for a second run
                 ("trial_id", best["trial_id"]),
                 ("test_accuracy", f"{best['test_accuracy']:.4f}"),
             ):

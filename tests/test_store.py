@@ -1,0 +1,253 @@
+"""The sweep folder's owner (tuner/store.py): claiming, locking, writes that are whole or
+absent (on a real, full filesystem), corrupt records named in one line, and "best".
+
+No Ray: these are the rules every command relies on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import require
+
+from tuner.errors import TunerError
+from tuner.store import (
+    LOCK_FILE,
+    StorageError,
+    SweepLock,
+    SweepPaths,
+    append_history,
+    append_line,
+    best_epoch,
+    claim_new,
+    read_json_lines,
+    read_mlflow_state,
+    release_unused,
+    trial_histories,
+    write_atomic,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real 1 MiB tmpfs (root only; CI runs as root), unmounted after the test."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    require(done.returncode == 0, f"cannot mount a small tmpfs here ({done.stderr.decode().strip()})")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def _fill(folder: Path) -> None:
+    """Take every free byte of the filesystem under ``folder``."""
+    fd = os.open(folder / "ballast", os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (65536, 1):  # big blocks, then the last partial one
+            try:
+                while os.write(fd, b"\0" * size):
+                    pass
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+
+
+# --- claiming a folder ------------------------------------------------------------------------
+def test_a_new_sweep_claims_its_name_then_numbered_folders(tmp_path):
+    first = claim_new(tmp_path / "runs", "mnist")
+    second = claim_new(tmp_path / "runs", "mnist")
+    assert (first.root.name, second.root.name) == ("mnist", "mnist-2")
+    # a folder of the user's with that name is never written into
+    mine = tmp_path / "runs" / "other"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    assert claim_new(tmp_path / "runs", "other").root.name == "other-2"
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+def test_processes_claiming_at_once_get_different_folders(tmp_path):
+    script = "import sys; from tuner.store import claim_new; print(claim_new(sys.argv[1], 'same').root.name)"
+    processes = [
+        subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+        for _ in range(4)
+    ]
+    names = sorted(p.communicate(timeout=60)[0].strip() for p in processes)
+    assert names == ["same", "same-2", "same-3", "same-4"]
+
+
+def test_an_unused_claim_is_released_but_a_used_one_is_kept(tmp_path):
+    unused = claim_new(tmp_path, "a")
+    write_atomic(unused.config, "name: a\n")
+    with SweepLock(unused):
+        release_unused(unused)
+    assert not unused.root.exists()
+
+    used = claim_new(tmp_path, "b")
+    write_atomic(used.config, "name: b\n")
+    (used.root / "tune").mkdir()
+    release_unused(used)
+    assert sorted(p.name for p in used.root.iterdir()) == ["sweep.yaml", "tune"]
+
+
+# --- the lock ---------------------------------------------------------------------------------
+def test_a_second_process_is_refused_with_the_holders_pid_and_a_killed_holder_leaves_no_lock(tmp_path):
+    paths = claim_new(tmp_path, "locked")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import time
+                from pathlib import Path
+                from tuner.store import SweepLock, SweepPaths
+                with SweepLock(SweepPaths(Path({str(paths.root)!r}))):
+                    print("held", flush=True)
+                    time.sleep(120)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(TunerError, match=rf"{paths.root} is in use by process {holder.pid} on "):
+            with SweepLock(paths):
+                pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with SweepLock(paths):  # the kernel dropped the dead holder's lock
+        assert json.loads((paths.root / LOCK_FILE).read_text())["pid"] == os.getpid()
+
+
+# --- writes -----------------------------------------------------------------------------------
+def test_atomic_writes_replace_whole_files_with_the_usual_permissions(tmp_path):
+    target = tmp_path / "state.json"
+    write_atomic(target, "one")
+    write_atomic(target, "two")
+    assert target.read_text() == "two"
+    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temporary left
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_full_disk_keeps_the_old_file_whole_and_says_so_in_one_line(small_fs):
+    target = small_fs / "mlflow.json"
+    write_atomic(target, json.dumps({"trials": {"a": "run-1"}}))
+    _fill(small_fs)
+    with pytest.raises(StorageError, match=rf"^{target}: cannot write \(No space left on device\)") as raised:
+        write_atomic(target, json.dumps({"trials": {"a": "run-1", "b": "run-2"}}) + " " * 100_000)
+    assert "\n" not in str(raised.value)
+    assert json.loads(target.read_text()) == {"trials": {"a": "run-1"}}
+    assert not [p for p in small_fs.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_an_append_on_a_full_disk_leaves_no_partial_line(small_fs):
+    paths = SweepPaths(small_fs / "sweep")
+    append_history(paths, "t1", {"training_iteration": 1, "val_accuracy": 0.5})
+    (paths.history / "t1.jsonl").write_text((paths.history / "t1.jsonl").read_text())  # settle its block
+    _fill(small_fs)
+    ballast = small_fs / "ballast"
+    os.truncate(ballast, ballast.stat().st_size - 8192)  # room for part of the next line only
+    row = {"training_iteration": 2, "val_accuracy": 0.6, "padding": "x" * 20_000}
+    with pytest.raises(StorageError, match="No space left on device"):
+        append_line(paths.history / "t1.jsonl", row)
+    assert trial_histories(paths) == {"t1": [{"training_iteration": 1, "val_accuracy": 0.5}]}
+    os.unlink(small_fs / "ballast")  # space is back: the record goes on
+    append_history(paths, "t1", {"training_iteration": 2, "val_accuracy": 0.6})
+    assert [r["training_iteration"] for r in trial_histories(paths)["t1"]] == [1, 2]
+
+
+def test_an_epoch_re_run_after_a_crash_replaces_the_lost_ones(tmp_path):
+    paths = SweepPaths(tmp_path)
+    for step in (1, 2, 3):
+        assert append_history(paths, "t", {"training_iteration": step, "val_loss": 1.0 / step})
+    assert not append_history(paths, "t", {"training_iteration": 2, "val_loss": 0.4})
+    assert [(r["training_iteration"], r["val_loss"]) for r in trial_histories(paths)["t"]] == [(1, 1.0), (2, 0.4)]
+
+
+# --- corrupt records: one line naming the file ------------------------------------------------
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"training_iteration": 1}\n{"training_iter', r"t\.jsonl:2: not a JSON record"),
+        ('{"training_iteration": 1}\n[1, 2]\n', r"t\.jsonl:2: not a JSON record \(got list\)"),
+        ('{"val_accuracy": 0.5}\n', r"t\.jsonl:1: a history row without its epoch"),
+        (b"\xff\xfe".decode("latin-1"), r"t\.jsonl: cannot be read"),
+    ],
+    ids=["truncated", "not_an_object", "no_epoch", "not_utf8"],
+)
+def test_a_corrupt_history_is_one_error_naming_the_file(tmp_path, text, message):
+    paths = SweepPaths(tmp_path)
+    paths.history.mkdir()
+    (paths.history / "t.jsonl").write_bytes(text.encode("latin-1"))
+    with pytest.raises(TunerError, match=message) as raised:
+        trial_histories(paths)
+    assert str(paths.history / "t.jsonl") in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"trials": []}', '{"tracking_uri": 3}'])
+def test_a_malformed_mlflow_run_map_is_one_error_naming_it(tmp_path, text):
+    paths = SweepPaths(tmp_path)
+    paths.mlflow_state.write_text(text)
+    with pytest.raises(TunerError, match=rf"{paths.mlflow_state}: not a readable MLflow run map"):
+        read_mlflow_state(paths)
+
+
+def test_read_json_lines_of_a_missing_file_is_empty(tmp_path):
+    assert read_json_lines(tmp_path / "absent.jsonl") == []
+
+
+# --- the one "best" ---------------------------------------------------------------------------
+def _rows(*values: float) -> list[dict]:
+    return [{"training_iteration": i + 1, "val_accuracy": v, "val_loss": 1 - v} for i, v in enumerate(values)]
+
+
+def test_best_is_the_best_epoch_of_any_trial_by_the_metrics_mode():
+    histories = {"b": _rows(0.5, 0.9, 0.7), "a": _rows(0.6, 0.8)}
+    best = best_epoch(histories, "val_accuracy", "max")
+    assert (best.trial_id, best.epoch, best.value) == ("b", 2, 0.9)
+    lowest = best_epoch(histories, "val_loss", "min")
+    assert (lowest.trial_id, lowest.epoch) == ("b", 2)
+
+
+def test_ties_go_to_the_first_trial_then_the_first_epoch_whatever_the_order_given():
+    histories = {"z": _rows(0.9, 0.9), "m": _rows(0.2, 0.9), "q": _rows(0.9)}
+    for ordered in (histories, dict(reversed(list(histories.items())))):
+        best = best_epoch(ordered, "val_accuracy", "max")
+        assert (best.trial_id, best.epoch) == ("m", 2)
+
+
+def test_nothing_reported_or_nan_is_no_best():
+    assert best_epoch({}, "val_accuracy", "max") is None
+    assert best_epoch({"a": [{"training_iteration": 1, "val_accuracy": math.nan}]}, "val_accuracy", "max") is None
+    assert best_epoch({"a": [{"training_iteration": 1}]}, "val_accuracy", "max") is None
+
+
+def test_the_lock_note_names_the_command(tmp_path):
+    paths = claim_new(tmp_path, "x")
+    before = time.strftime("%Y-%m-%d")
+    with SweepLock(paths):
+        note = json.loads(paths.lock.read_text())
+    assert note["pid"] == os.getpid() and note["since"].startswith(before)
+    assert note["command"].startswith("python -m tuner")
