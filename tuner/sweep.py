@@ -83,7 +83,14 @@ def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bo
     need_cpu = scaling.workers * scaling.cpus_per_worker
     slots = math.floor(cluster.get("CPU", 0) / need_cpu + 1e-9)
     if use_gpu:
-        slots = min(slots, math.floor(cluster.get("GPU", 0) / (scaling.workers * scaling.gpus_per_worker) + 1e-9))
+        need_gpu = scaling.workers * scaling.gpus_per_worker
+        gpu_slots = math.floor(cluster.get("GPU", 0) / need_gpu + 1e-9)
+        if gpu_slots < 1:
+            raise TunerError(
+                f"one trial needs {need_gpu:g} GPUs (scaling.workers x scaling.gpus_per_worker), "
+                f"but the Ray cluster has {cluster.get('GPU', 0):g}; lower scaling.workers or gpus_per_worker"
+            )
+        slots = min(slots, gpu_slots)
     if slots < 1:
         raise TunerError(
             f"one trial needs {need_cpu:g} CPUs (scaling.workers x scaling.cpus_per_worker), "

@@ -1,0 +1,76 @@
+"""The resource arithmetic: GPUs used or not, how many trials fit at once, and what each
+trial's driver and workers ask Ray for (declared resources, no Ray started)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.config import SweepConfig
+from tuner.errors import TunerError
+from tuner.sweep import concurrent_trials, decide_gpu
+from tuner.trial import WORKER_CPU_TOKEN, TrialSetup, driver_resources, worker_resources
+
+
+def _sweep(**scaling) -> SweepConfig:
+    trials = {"max_concurrent": scaling.pop("max_concurrent")} if "max_concurrent" in scaling else {}
+    return SweepConfig.model_validate({"name": "r", "scaling": scaling, "trials": trials})
+
+
+@pytest.mark.parametrize(
+    "use_gpu, gpus, expected",
+    [("auto", 0, False), ("auto", 2, True), (False, 2, False), (True, 1, True)],
+)
+def test_use_gpu_auto_follows_the_cluster(use_gpu, gpus, expected):
+    assert decide_gpu(_sweep(use_gpu=use_gpu), {"CPU": 8, "GPU": gpus}) is expected
+
+
+def test_use_gpu_true_on_a_cluster_without_gpus_is_one_clear_error():
+    with pytest.raises(TunerError, match="scaling.use_gpu is true, but the Ray cluster has no GPU"):
+        decide_gpu(_sweep(use_gpu=True), {"CPU": 8})
+
+
+@pytest.mark.parametrize(
+    "scaling, cluster, use_gpu, slots",
+    [
+        ({}, {"CPU": 2}, False, 2),  # the default: one CPU per trial
+        ({"workers": 2}, {"CPU": 2}, False, 1),
+        ({"workers": 2, "cpus_per_worker": 0.5}, {"CPU": 2}, False, 2),
+        ({"max_concurrent": 1}, {"CPU": 8}, False, 1),
+        ({}, {"CPU": 16, "GPU": 4}, True, 4),  # GPUs are the bottleneck
+        ({"gpus_per_worker": 0.25}, {"CPU": 16, "GPU": 1}, True, 4),  # four small trials share a GPU
+        ({"gpus_per_worker": 0.25}, {"CPU": 2, "GPU": 1}, True, 2),  # ... unless the CPUs run out first
+        ({"workers": 2}, {"CPU": 16, "GPU": 3}, True, 1),  # 2 workers x 1 GPU: one trial, one GPU idle
+        ({"workers": 2, "gpus_per_worker": 0.5}, {"CPU": 16, "GPU": 3}, True, 3),
+    ],
+)
+def test_trials_at_once_are_the_scarcest_resource_over_one_trials_need(scaling, cluster, use_gpu, slots):
+    assert concurrent_trials(_sweep(**scaling), cluster, use_gpu) == slots
+
+
+@pytest.mark.parametrize(
+    "scaling, cluster, use_gpu, message",
+    [
+        ({"workers": 4}, {"CPU": 2}, False, r"one trial needs 4 CPUs .* but the Ray cluster has 2"),
+        ({"workers": 2}, {"CPU": 16, "GPU": 1}, True, r"one trial needs 2 GPUs .* but the Ray cluster has 1"),
+    ],
+)
+def test_a_trial_bigger_than_the_cluster_is_refused(scaling, cluster, use_gpu, message):
+    with pytest.raises(TunerError, match=message):
+        concurrent_trials(_sweep(**scaling), cluster, use_gpu)
+
+
+def _setup(workers: int, use_gpu: bool, direct: bool, cpus: float = 1.0, gpus: float = 0.5) -> TrialSetup:
+    return TrialSetup("cnn", {}, {}, workers, use_gpu, cpus, gpus, "", 0, direct=direct)
+
+
+def test_a_direct_trial_reserves_its_cpus_and_gpu_share_itself():
+    assert driver_resources(_setup(1, True, True), 64) == {"cpu": 1.0, "gpu": 0.5, "memory": 64}
+    assert driver_resources(_setup(1, False, True, cpus=2), 64) == {"cpu": 2, "memory": 64}
+
+
+def test_a_torch_trainer_trial_asks_for_exactly_workers_times_cpus_per_worker():
+    setup = _setup(3, True, False, cpus=2)
+    driver, worker = driver_resources(setup, 64), worker_resources(setup)
+    assert driver["cpu"] + 3 * worker["CPU"] == pytest.approx(6)
+    assert worker == {"CPU": WORKER_CPU_TOKEN, "GPU": 0.5}
+    assert "GPU" not in worker_resources(_setup(3, False, False))
