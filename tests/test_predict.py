@@ -343,3 +343,22 @@ def test_a_broken_export_is_one_tuner_error_in_one_line(exports, tmp_path, broke
     with pytest.raises(TunerError, match=re.escape(str(folder))) as raised:
         load_best(folder)
     assert "\n" not in str(raised.value), str(raised.value)
+
+
+def test_predict_twice_to_the_same_csv_replaces_it_but_never_a_users_file(exports, tmp_path):
+    out = tmp_path / "predictions.csv"
+    for _ in range(2):  # the same command again works
+        result = _tuner("predict", exports.state_dict, "--data", "mnist:test", "--out", out)
+        assert result.returncode == 0, result.stderr
+    assert len(_read_csv(out)[1]) == 10000
+    mine = tmp_path / "results.csv"
+    mine.write_text("name,score\nme,1\n")
+    line = _one_error_line(_tuner("predict", exports.state_dict, "--data", "mnist:test", "--out", mine))
+    assert f"--out {mine}: exists and is not a predictions CSV" in line
+    assert mine.read_text() == "name,score\nme,1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.csv", "results.csv"]
+
+
+def test_predict_batch_size_below_one_is_one_line(exports, tmp_path):
+    line = _one_error_line(_tuner("predict", exports.state_dict, "--data", "mnist:test", "--batch-size", "0"))
+    assert "--batch-size: must be >= 1, but got 0" in line

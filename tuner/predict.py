@@ -9,7 +9,9 @@ model's channels and size).
 from __future__ import annotations
 
 import csv
+import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ import numpy as np
 from tuner.data import DATASETS, _read_idx, load_test_split
 from tuner.errors import TunerError
 from tuner.export import ExportedModel, load_best
+from tuner.store import storage_error, umask
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 
@@ -81,8 +84,23 @@ def _load_folder(folder: Path, model: ExportedModel) -> Inputs:
     return Inputs(np.stack(arrays), names=[p.name for p in files])
 
 
+def check_output(out: Path) -> None:
+    """``--out`` may be new, or a predictions CSV tuner wrote before (replaced); any other
+    file is the user's and is refused."""
+    if not out.exists():
+        return
+    try:
+        with open(out, newline="") as handle:
+            header = next(csv.reader(handle), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        header = []
+    if not out.is_file() or header[:1] != ["index"] or "predicted" not in header or "confidence" not in header:
+        raise TunerError(f"--out {out}: exists and is not a predictions CSV of tuner's; give a new file name")
+
+
 def predict_to_csv(model_dir: str | Path, spec: str, out: str | Path, *, batch_size: int = 1024) -> dict[str, float]:
     """Write ``index[,file],predicted,confidence[,label]`` rows; returns a short summary."""
+    check_output(Path(out))
     model = load_best(model_dir)
     inputs = load_inputs(spec, model)
     total = len(inputs.images)
@@ -98,20 +116,34 @@ def predict_to_csv(model_dir: str | Path, spec: str, out: str | Path, *, batch_s
         print(file=sys.stderr)
     predicted, confidence = np.concatenate(classes), np.concatenate(confidences)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.with_name(out.name + ".tmp")
-    with open(staging, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        header = ["index", *(["file"] if inputs.names else []), "predicted", "confidence"]
-        writer.writerow(header + (["label"] if inputs.labels is not None else []))
-        for index in range(total):
-            row = [index, *([inputs.names[index]] if inputs.names else []), int(predicted[index])]
-            row.append(f"{confidence[index]:.6f}")
-            if inputs.labels is not None:
-                row.append(int(inputs.labels[index]))
-            writer.writerow(row)
-    staging.replace(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _write_csv(out, inputs, predicted, confidence)
+    except OSError as error:
+        raise storage_error(out, error) from None
     summary = {"images": total, "seconds": time.perf_counter() - started}
     if inputs.labels is not None:
         summary["accuracy"] = float((predicted == inputs.labels).mean())
     return summary
+
+
+def _write_csv(out: Path, inputs: Inputs, predicted: np.ndarray, confidence: np.ndarray) -> None:
+    """The CSV in a temporary file beside ``out``, renamed into place when whole."""
+    total = len(predicted)
+    handle = tempfile.NamedTemporaryFile("w", newline="", dir=out.parent, prefix=f".{out.name}.", delete=False)
+    staging = Path(handle.name)
+    try:
+        with handle:
+            os.fchmod(handle.fileno(), 0o666 & ~umask())
+            writer = csv.writer(handle)
+            header = ["index", *(["file"] if inputs.names else []), "predicted", "confidence"]
+            writer.writerow(header + (["label"] if inputs.labels is not None else []))
+            for index in range(total):
+                row = [index, *([inputs.names[index]] if inputs.names else []), int(predicted[index])]
+                row.append(f"{confidence[index]:.6f}")
+                if inputs.labels is not None:
+                    row.append(int(inputs.labels[index]))
+                writer.writerow(row)
+        staging.replace(out)
+    finally:
+        staging.unlink(missing_ok=True)
