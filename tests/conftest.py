@@ -58,3 +58,24 @@ def ray_tmp():
 
     kill_ray_under(folder)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)``: a real tmpfs of that size (``"1m"``) mounted under ``tmp_path``, to
+    fill up for real; unmounted after the test. Needs root (CI runs as root)."""
+    import subprocess
+
+    mounted = []
+
+    def mount(size: str) -> Path:
+        folder = tmp_path / f"tmpfs{len(mounted)}"
+        folder.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
+        require(done.returncode == 0, f"cannot mount a tmpfs here ({done.stderr.decode().strip()})")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], check=True)

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import require
 from integration_helpers import data_root, mlflow_children, small_sweep, start_sweep, tuner_cli, wait_for_results
 
 from tuner.store import SweepPaths, best_epoch, trial_histories
@@ -165,17 +164,8 @@ def test_two_sweeps_at_once_in_one_output_folder_both_complete(tmp_path, ray_tmp
 
 
 # --- faults of the machine -----------------------------------------------------------------------
-@pytest.fixture
-def small_disk(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True)
-    require(done.returncode == 0, f"cannot mount a small tmpfs here ({done.stderr.decode().strip()})")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def test_a_full_disk_stops_the_sweep_in_one_line_and_resume_finishes_it(tmp_path, small_disk, ray_tmp):
+def test_a_full_disk_stops_the_sweep_in_one_line_and_resume_finishes_it(tmp_path, tmpfs, ray_tmp):
+    small_disk = tmpfs("3m")
     # 3 MiB: the MLflow store and the first checkpoints fit, the rest of the sweep does not.
     sweep_file = _sweep_file(tmp_path, output_dir=str(small_disk / "runs"))
     root = small_disk / "runs" / "it"
