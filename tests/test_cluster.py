@@ -24,7 +24,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def ray_cluster(tmp_path):
+def ray_cluster(tmp_path, ray_tmp):
+    """A head node of our own (its own temp dir), stopped by that dir: never another Ray."""
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
     port = _free_port()
     env = {**os.environ, "RAY_ADDRESS": ""}
@@ -39,6 +40,7 @@ def ray_cluster(tmp_path):
             "--include-dashboard=true",
             "--dashboard-host=127.0.0.1",
             "--disable-usage-stats",
+            f"--temp-dir={ray_tmp}",
         ],
         check=True,
         capture_output=True,
@@ -46,10 +48,7 @@ def ray_cluster(tmp_path):
         env=env,
         timeout=180,
     )
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=180)
+    yield f"127.0.0.1:{port}"  # ray_tmp's teardown stops every process under its temp dir
 
 
 def test_sweep_runs_on_an_existing_cluster_by_address(ray_cluster, tmp_path):

@@ -320,3 +320,18 @@ def test_a_bad_input_is_one_line_and_exit_2_and_changes_nothing(finished, tmp_pa
     assert words in line, line
     after = {str(p): p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file() and p.name != "lock"}
     assert after == before, "a refused command wrote something"
+
+
+def test_resuming_a_finished_sweep_changes_nothing_and_registers_nothing_new(finished):
+    _, root = finished
+    client, _ = _mlflow(root)
+    versions_before = sorted(v.version for v in client.search_model_versions("name='mnist_cnn'"))
+    histories_before = trial_histories(SweepPaths(root))
+    exported_before = json.loads((root / "best" / "metrics.json").read_text())
+
+    done = _ok(tuner_cli("resume", str(root)))
+    assert f"best trial {exported_before['trial_id']} at epoch {exported_before['epoch']}" in done.stdout
+    assert trial_histories(SweepPaths(root)) == histories_before
+    assert sorted(v.version for v in client.search_model_versions("name='mnist_cnn'")) == versions_before
+    assert json.loads((root / "best" / "metrics.json").read_text())["trial_id"] == exported_before["trial_id"]
+    _agree(root)

@@ -52,6 +52,7 @@ class SweepRecord:
         self.uri = state.get("tracking_uri") or tracking_uri(sweep)  # a resume keeps its store
         self.trials: dict[str, str] = state.get("trials", {})
         self.last_step: dict[str, int] = state.get("last_step", {})
+        self.model: dict[str, Any] = state.get("model", {})  # what finish() registered last
         with _creating_store(self.uri):
             self.client = _Retrying(MlflowClient(self.uri))
             self.experiment_id = state.get("experiment_id") or self._experiment_id()
@@ -110,6 +111,7 @@ class SweepRecord:
             "parent_run_id": self.parent_run_id,
             "trials": self.trials,
             "last_step": self.last_step,
+            "model": self.model,
         }
         store.write_mlflow_state(self.paths, state)
 
@@ -163,6 +165,11 @@ class SweepRecord:
         for name in ("config.yaml", "metrics.json"):
             self.client.log_artifact(parent, str(best_dir / name), artifact_path="best")
         name = registered_model_name(self.sweep)
+        chosen = {"trial_id": best["trial_id"], "epoch": best["epoch"]}
+        if self.model.get("version") and {k: self.model.get(k) for k in chosen} == chosen:
+            # A resume that changed nothing (a finished sweep, say): no second version of the same model.
+            self.client.set_terminated(parent, status="FINISHED")
+            return self.model["version"]
 
         def log_model() -> Any:
             with _fluent_uri(self.uri), mlflow.start_run(run_id=parent):
@@ -184,6 +191,8 @@ class SweepRecord:
                 ("test_accuracy", f"{best['test_accuracy']:.4f}"),
             ):
                 self.client.set_model_version_tag(name, str(version), key, value)
+            self.model = {**chosen, "version": str(version)}
+            self.save()
         self.client.set_terminated(parent, status="FINISHED")
         return str(version) if version is not None else None
 
