@@ -57,19 +57,24 @@ def test_a_killed_sweep_resumes_to_the_true_best(tmp_path, ray_tmp, runner):
     )
     sweep_file = tmp_path / "killed.yaml"
     sweep_file.write_text(yaml.safe_dump(sweep))
-    root = tmp_path / "runs" / "it"
+    first_place = tmp_path / "runs" / "it"
     process = start_sweep(sweep_file, env={"RAY_TMPDIR": str(ray_tmp)})
     try:
-        wait_for_results(root, 3, process)
+        wait_for_results(first_place, 3, process)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         kill_ray_under(ray_tmp)  # what the kill orphaned: raylet, GCS, dashboard
-    assert not (root / "best").exists()
+    assert not (first_place / "best").exists()
 
+    # The user moves the folder before resuming: every record follows it.
+    root = tmp_path / "moved" / "it"
+    root.parent.mkdir()
+    first_place.rename(root)
     resumed = tuner_cli("resume", str(root), env={"RAY_TMPDIR": str(ray_tmp)})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
+    assert not first_place.exists(), "the resumed sweep wrote to where the folder was before"
     results = trial_histories(SweepPaths(root))
     assert len(results) == 4
     for rows in results.values():  # every trial ran to the end across both halves, no epoch twice

@@ -239,8 +239,7 @@ def test_nothing_reported_or_nan_is_no_best():
 
 def test_the_lock_note_names_the_command(tmp_path):
     paths = claim_new(tmp_path, "x")
-    before = time.strftime("%Y-%m-%d")
     with SweepLock(paths):
         note = json.loads(paths.lock.read_text())
-    assert note["pid"] == os.getpid() and note["since"].startswith(before)
+    assert note["pid"] == os.getpid() and time.strptime(note["since"], "%Y-%m-%d %H:%M:%S")
     assert note["command"].startswith("python -m tuner")

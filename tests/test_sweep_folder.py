@@ -129,7 +129,8 @@ def test_the_same_sweep_twice_gets_a_folder_of_its_own_and_mixes_nothing(finishe
 
 
 def test_a_folder_in_use_is_refused_naming_the_process(tmp_path, ray_tmp):
-    sweep_file = _sweep_file(tmp_path, train={"epochs": 3})
+    # Long enough (2 x 8 epochs on 3000 images) that both refusals come while it runs.
+    sweep_file = _sweep_file(tmp_path, data={"train_subset": 3000}, train={"epochs": 8})
     root = tmp_path / "runs" / "it"
     process = start_sweep(sweep_file, env={"RAY_TMPDIR": str(ray_tmp)})
     try:
@@ -290,6 +291,21 @@ BAD_INPUTS = {
         lambda root, tmp: [p.write_text("{") for p in root.glob("tune/experiment_state*.json")],
         ["status", "{root}"],
         "Tune's experiment state cannot be read",
+    ),
+    "corrupt_experiment_state_resume": (  # Tune itself would start the sweep again from scratch
+        lambda root, tmp: [p.write_text("{") for p in root.glob("tune/experiment_state*.json")],
+        ["resume", "{root}"],
+        "Tune's experiment state cannot be read",
+    ),
+    "truncated_history_resume": (
+        lambda root, tmp: _truncate(_first(root, "history/*.jsonl"), 0.7),
+        ["resume", "{root}"],
+        "not a JSON record",
+    ),
+    "truncated_tune_pickle_resume": (
+        lambda root, tmp: _truncate(root / "tune" / "tuner.pkl"),
+        ["resume", "{root}"],
+        "tuner.pkl: Tune's saved sweep cannot be restored",
     ),
     "corrupt_export_metrics": (
         lambda root, tmp: (root / "best" / "metrics.json").write_text("["),

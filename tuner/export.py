@@ -8,6 +8,7 @@ metrics at the chosen epoch, test metrics computed here, trial id and epoch).
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import pickle
@@ -87,7 +88,16 @@ def load_best(path: str | Path) -> ExportedModel:
                 options=config["model"]["options"],
             )
             model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-    except (KeyError, TypeError, ValueError, RuntimeError, yaml.YAMLError, pickle.UnpicklingError) as error:
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        RuntimeError,
+        EOFError,
+        OSError,
+        yaml.YAMLError,
+        pickle.UnpicklingError,
+    ) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise TunerError(f"{folder}: not a loadable tuner export ({type(error).__name__}: {reason})") from None
     model.eval()
@@ -102,7 +112,11 @@ def best_trial_checkpoint(results: Any, paths: Any, metric: str, mode: str) -> t
     """
     from tuner.store import best_epoch, trial_histories
 
-    best_row = best_epoch(trial_histories(paths), metric, mode)
+    # Only the experiment's trials: a trial that reported, then was lost with a crash
+    # before Tune saved it, left a history no restored trial continues.
+    in_experiment = {r.metrics.get("trial_id") for r in results if r.metrics}
+    histories = {k: v for k, v in trial_histories(paths).items() if k in in_experiment}
+    best_row = best_epoch(histories, metric, mode)
     if best_row is None:
         raise TunerError(f"{paths.root}: no trial reported {metric!r} yet; nothing to export")
     best = next((r for r in results if r.metrics and r.metrics.get("trial_id") == best_row.trial_id), None)
@@ -287,7 +301,9 @@ def write_package(
     check_destination(folder, overwrite=overwrite)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+        # Inside an existing folder (it may be a mount point: a rename across filesystems fails).
+        where = folder if folder.is_dir() else folder.parent
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=where))
         os.chmod(staging, 0o777 & ~umask())  # as mkdir would; mkdtemp gives 0700
     except OSError as error:
         raise storage_error(folder, error) from None
@@ -301,15 +317,19 @@ def write_package(
 
 
 def _write_files(staging: Path, model, config, metrics, *, format: str, example) -> None:
+    # Serialised in memory first: torch reports a failed file write as a RuntimeError,
+    # a plain write reports a full disk as the OSError it is.
+    weights = io.BytesIO()
     model.eval()
     if format == "torchscript":
         data = config["data"]
         x = normalise(torch.from_numpy(np.array(example)), tuple(data["mean"]), tuple(data["std"]))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            torch.jit.save(torch.jit.trace(model, x), staging / SCRIPT_FILE)
+            torch.jit.save(torch.jit.trace(model, x), weights)
     else:
-        torch.save(model.state_dict(), staging / MODEL_FILE)
+        torch.save(model.state_dict(), weights)
+    (staging / (SCRIPT_FILE if format == "torchscript" else MODEL_FILE)).write_bytes(weights.getvalue())
     (staging / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
     (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
 

@@ -85,7 +85,9 @@ def _status(tune_status: str, epochs: int, max_epochs: int) -> str:
 
 def best_trial(sweep: SweepConfig, paths: SweepPaths, summaries: list[TrialSummary]) -> TrialSummary:
     """The summary of the trial ``tuner.store.best_epoch`` names."""
-    best = store.best_epoch(store.trial_histories(paths), sweep.metric, sweep.mode)
+    in_experiment = {s.trial_id for s in summaries}  # not the history of a trial lost in a crash
+    histories = {k: v for k, v in store.trial_histories(paths).items() if k in in_experiment}
+    best = store.best_epoch(histories, sweep.metric, sweep.mode)
     chosen = next((s for s in summaries if best is not None and s.trial_id == best.trial_id), None)
     if chosen is None:
         raise TunerError(f"{paths.root}: no trial of sweep {sweep.name!r} has reported {sweep.metric} yet")

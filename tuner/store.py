@@ -311,6 +311,26 @@ def _holder(path: Path) -> str:
 
 
 # --- the sweep's own records ------------------------------------------------------------------
+_WRITING: list[SweepPaths] = []  # the folder this driver process is writing now
+
+
+@contextlib.contextmanager
+def writing_records_to(paths: SweepPaths) -> Iterator[None]:
+    """Point the Tune callbacks at ``paths`` while a sweep runs. A resumed sweep's callbacks
+    come back from Tune's pickle with the folder they were made for, which is stale when
+    the folder was moved or copied since."""
+    _WRITING.append(paths)
+    try:
+        yield
+    finally:
+        _WRITING.pop()
+
+
+def current(paths: SweepPaths) -> SweepPaths:
+    """The folder being written now, else ``paths``."""
+    return _WRITING[-1] if _WRITING else paths
+
+
 def _plain(value: Any) -> Any:
     """numpy scalars to Python values, for JSON."""
     return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
@@ -410,18 +430,18 @@ def make_records_callback(paths: SweepPaths) -> Any:
 
     class SweepRecords(Callback):
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            append_history(paths, trial.trial_id, result)
+            append_history(current(paths), trial.trial_id, result)
 
         def on_trial_start(self, iteration, trials, trial, **info):
-            append_timeline(paths, trial.trial_id, "start")
+            append_timeline(current(paths), trial.trial_id, "start")
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            append_timeline(paths, trial.trial_id, "end")
+            append_timeline(current(paths), trial.trial_id, "end")
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            append_timeline(paths, trial.trial_id, "error")
+            append_timeline(current(paths), trial.trial_id, "error")
 
         def on_trial_recover(self, iteration, trials, trial, **info):
-            append_timeline(paths, trial.trial_id, "recover")
+            append_timeline(current(paths), trial.trial_id, "recover")
 
     return SweepRecords()

@@ -155,7 +155,13 @@ def build_tuner(
         driver_resources(setup, DRIVER_MEMORY),
     )
     if restore:
-        return tune.Tuner.restore(str(paths.tune), trainable=trainable, resume_unfinished=True, resume_errored=True)
+        try:
+            return tune.Tuner.restore(str(paths.tune), trainable=trainable, resume_unfinished=True, resume_errored=True)
+        except Exception as error:  # a truncated or foreign tuner.pkl
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise TunerError(
+                f"{paths.tune / 'tuner.pkl'}: Tune's saved sweep cannot be restored ({type(error).__name__}: {reason})"
+            ) from None
     keep = None if sweep.scheduler.name == "pbt" else sweep.checkpoint.keep  # PBT clones old checkpoints
     return tune.Tuner(
         trainable,
@@ -246,9 +252,28 @@ def run_sweep(
     A new sweep never writes into an existing folder: it claims ``<name>``, else
     ``<name>-2``, ... The folder is locked for as long as this process writes to it.
     """
+    resume = paths is not None
+    if paths is None:
+        data = _load_data(sweep)  # a missing data set is refused before a folder is made
+        paths = claim_new(sweep.output_dir, sweep.name)
+    try:
+        with SweepLock(paths):
+            if resume:
+                _check_resumable(sweep, paths)  # before any work: a folder in use or corrupt is refused
+                data = _load_data(sweep)
+            else:
+                save_resolved_config(sweep, paths)
+            return _fit_and_export(sweep, paths, data, address=address, verbose=verbose, resume=resume)
+    except BaseException:
+        if not resume:
+            release_unused(paths)  # only if nothing but its config was written
+        raise
+
+
+def _load_data(sweep: SweepConfig) -> Any:
     from tuner.data import load_training_data
 
-    data = load_training_data(
+    return load_training_data(
         sweep.data.dataset,
         sweep.data.root,
         val_fraction=sweep.data.val_fraction,
@@ -256,22 +281,18 @@ def run_sweep(
         seed=sweep.seed,
         download=sweep.data.download,
     )
-    resume = paths is not None
-    if paths is None:
-        paths = claim_new(sweep.output_dir, sweep.name)
-    with SweepLock(paths):
-        if resume:
-            store.read_mlflow_state(paths)  # a malformed run map: refused before any work
-            if not can_resume(paths):
-                raise TunerError(f"{paths.root}: no Tune experiment state to resume in {paths.tune}")
-        if not resume:
-            save_resolved_config(sweep, paths)
-        try:
-            return _fit_and_export(sweep, paths, data, address=address, verbose=verbose, resume=resume)
-        except BaseException:
-            if not resume:
-                release_unused(paths)  # only if nothing but its config was written
-            raise
+
+
+def _check_resumable(sweep: SweepConfig, paths: SweepPaths) -> None:
+    """Every record resume builds on reads back; else one line naming the file. (Tune,
+    given a state it cannot load, would start the sweep again from scratch.)"""
+    from tuner.results import analysis
+
+    store.read_mlflow_state(paths)
+    store.trial_histories(paths)
+    if not can_resume(paths):
+        raise TunerError(f"{paths.root}: no Tune experiment state to resume in {paths.tune}")
+    analysis(sweep, paths)
 
 
 def _fit_and_export(
@@ -283,7 +304,8 @@ def _fit_and_export(
     store.FAILED_WRITES.clear()
     started_ray = start_ray(address, verbose=verbose)
     try:
-        return _run(sweep, paths, data, resume=resume)
+        with store.writing_records_to(paths):
+            return _run(sweep, paths, data, resume=resume)
     except Exception as error:
         failure = store.failed_write(error, paths.root)
         if failure is None:

@@ -177,13 +177,17 @@ class SweepRecord:
                     model,
                     name="model",
                     input_example=example,
-                    registered_model_name=name,
                     # Stated, not inferred: inference imports the model in a subprocess (~8 s).
                     pip_requirements=_model_requirements(),
                 )
 
+        def register(model_uri: str) -> Any:
+            with _fluent_uri(self.uri):
+                return mlflow.register_model(model_uri, name)
+
+        # Two steps, each retried on its own: a retry never logs the model a second time.
         info = _retrying(log_model)
-        version = getattr(info, "registered_model_version", None)
+        version = getattr(_retrying(register, info.model_uri), "version", None)
         if version is not None:
             for key, value in (
                 ("sweep", self.paths.root.name),  # the folder: <name>, or <name>-2 for a second run
@@ -313,7 +317,7 @@ def make_callback(sweep: SweepConfig, paths: SweepPaths) -> Any:
             self.record: SweepRecord | None = None
 
         def setup(self, **info: Any) -> None:
-            self.record = SweepRecord(sweep, paths)
+            self.record = SweepRecord(sweep, store.current(paths))
 
         def on_trial_start(self, iteration, trials, trial, **info):
             self.record.trial_run(trial.trial_id, trial.config)
