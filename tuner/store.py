@@ -18,6 +18,7 @@ import fcntl
 import itertools
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -133,6 +134,12 @@ def failed_write(error: BaseException, where: Path | str = "the output folder") 
         if text is not None:
             return storage_error(where, text)
         cause = cause.__cause__ or cause.__context__
+    # Tune may meet the full disk first, as an empty file it wrote (error.pkl): what the
+    # disk says is then the cause.
+    with contextlib.suppress(OSError):
+        usage = shutil.disk_usage(where)
+        if usage.free < max(16 * 2**20, usage.total // 100):
+            return storage_error(where, os.strerror(errno.ENOSPC))
     return None
 
 
@@ -424,11 +431,52 @@ def best_epoch(histories: dict[str, list[dict[str, Any]]], metric: str, mode: st
     return best
 
 
+STATE_COPY_SUFFIX = ".tuner-copy"
+
+
+def keep_state_copy(paths: SweepPaths, seen: dict[str, int]) -> None:
+    """Keep a whole copy of Tune's experiment state each time Tune rewrites it: Tune writes
+    the file in place, so a full disk can leave it cut short, and resume needs it."""
+    for state in paths.tune.glob("experiment_state*.json"):
+        stamp = state.stat().st_mtime_ns
+        if seen.get(state.name) == stamp:
+            continue
+        text = state.read_text()
+        try:
+            json.loads(text)
+        except ValueError:
+            continue  # being written, or cut short: keep the last whole copy
+        write_atomic(state.with_name(state.name + STATE_COPY_SUFFIX), text)
+        seen[state.name] = stamp
+
+
+def recover_state(paths: SweepPaths) -> list[Path]:
+    """Put back the last whole copy of any Tune state file that was cut short; returns them."""
+    recovered = []
+    for state in paths.tune.glob("experiment_state*.json"):
+        copy = state.with_name(state.name + STATE_COPY_SUFFIX)
+        try:
+            json.loads(state.read_text())
+            continue
+        except (ValueError, OSError):
+            pass
+        if copy.is_file():
+            write_atomic(state, copy.read_text())
+            recovered.append(state)
+    return recovered
+
+
 def make_records_callback(paths: SweepPaths) -> Any:
     """A Tune callback (in the driver) that keeps ``history/`` and ``timeline.jsonl``."""
     from ray.tune import Callback
 
     class SweepRecords(Callback):
+        def __init__(self) -> None:
+            self.state_seen: dict[str, int] = {}
+
+        def on_step_end(self, iteration, trials, **info):
+            keep_state_copy(current(paths), self.state_seen)
+
         def on_trial_result(self, iteration, trials, trial, result, **info):
             append_history(current(paths), trial.trial_id, result)
 

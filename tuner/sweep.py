@@ -290,6 +290,8 @@ def _check_resumable(sweep: SweepConfig, paths: SweepPaths) -> None:
 
     store.read_mlflow_state(paths)
     store.trial_histories(paths)
+    for state in store.recover_state(paths):
+        print(f"{state}: was cut short (a full disk?); put back tuner's last whole copy of it", flush=True)
     if not can_resume(paths):
         raise TunerError(f"{paths.root}: no Tune experiment state to resume in {paths.tune}")
     analysis(sweep, paths)
