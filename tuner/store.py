@@ -438,14 +438,14 @@ def keep_state_copy(paths: SweepPaths, seen: dict[str, int]) -> None:
     """Keep a whole copy of Tune's experiment state each time Tune rewrites it: Tune writes
     the file in place, so a full disk can leave it cut short, and resume needs it."""
     for state in paths.tune.glob("experiment_state*.json"):
-        stamp = state.stat().st_mtime_ns
-        if seen.get(state.name) == stamp:
-            continue
-        text = state.read_text()
         try:
+            stamp = state.stat().st_mtime_ns
+            if seen.get(state.name) == stamp:
+                continue
+            text = state.read_text()
             json.loads(text)
-        except ValueError:
-            continue  # being written, or cut short: keep the last whole copy
+        except (OSError, ValueError):
+            continue  # gone, being written, or cut short: keep the last whole copy
         write_atomic(state.with_name(state.name + STATE_COPY_SUFFIX), text)
         seen[state.name] = stamp
 
