@@ -21,7 +21,7 @@ import pytest
 import yaml
 from integration_helpers import data_root, mlflow_children, small_sweep, start_sweep, tuner_cli, wait_for_results
 
-from tuner.store import SweepPaths, best_epoch, trial_histories
+from tuner.store import STATE_COPY_SUFFIX, SweepPaths, best_epoch, trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
@@ -298,8 +298,8 @@ BAD_INPUTS = {
         ["status", "{root}"],
         "Tune's experiment state cannot be read",
     ),
-    "corrupt_experiment_state_resume": (  # Tune itself would start the sweep again from scratch
-        lambda root, tmp: [p.write_text("{") for p in root.glob("tune/experiment_state*.json")],
+    "corrupt_experiment_state_resume": (  # and no whole copy to put back: Tune would start again from scratch
+        lambda root, tmp: [p.write_text("{") for p in root.glob("tune/experiment_state*.json*")],
         ["resume", "{root}"],
         "Tune's experiment state cannot be read",
     ),
@@ -342,6 +342,24 @@ def test_a_bad_input_is_one_line_and_exit_2_and_changes_nothing(finished, tmp_pa
     assert words in line, line
     after = {str(p): p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file() and p.name != "lock"}
     assert after == before, "a refused command wrote something"
+
+
+def test_resume_puts_back_a_state_file_cut_short_from_tuners_whole_copy(finished, tmp_path):
+    _, source = finished
+    root = tmp_path / "sweep"
+    shutil.copytree(source, root, symlinks=True)
+    (root / "lock").unlink(missing_ok=True)
+    states = sorted(root.glob("tune/experiment_state*.json"))
+    assert states, "Tune wrote no experiment state"
+    assert all(state.with_name(state.name + STATE_COPY_SUFFIX).is_file() for state in states)
+    for state in states:
+        state.write_text(state.read_text()[:100])
+
+    done = _ok(tuner_cli("resume", str(root), env={"TUNER_DATA_DIR": str(data_root())}))
+    assert "put back tuner's last whole copy" in done.stdout
+    for state in states:
+        assert json.loads(state.read_text())["trial_data"], f"{state} was not put back whole"
+    _agree(root)
 
 
 def test_resuming_a_finished_sweep_changes_nothing_and_registers_nothing_new(finished):

@@ -440,12 +440,13 @@ def keep_state_copy(paths: SweepPaths, seen: dict[str, int]) -> None:
     for state in paths.tune.glob("experiment_state*.json"):
         try:
             stamp = state.stat().st_mtime_ns
-            if seen.get(state.name) == stamp:
-                continue
-            text = state.read_text()
-            json.loads(text)
-        except (OSError, ValueError):
-            continue  # gone, being written, or cut short: keep the last whole copy
+        except OSError:
+            continue  # gone
+        if seen.get(state.name) == stamp:
+            continue
+        text = _whole_json(state)
+        if text is None:
+            continue  # being written, or cut short: keep the last whole copy
         write_atomic(state.with_name(state.name + STATE_COPY_SUFFIX), text)
         seen[state.name] = stamp
 
@@ -454,16 +455,23 @@ def recover_state(paths: SweepPaths) -> list[Path]:
     """Put back the last whole copy of any Tune state file that was cut short; returns them."""
     recovered = []
     for state in paths.tune.glob("experiment_state*.json"):
-        copy = state.with_name(state.name + STATE_COPY_SUFFIX)
-        try:
-            json.loads(state.read_text())
+        if _whole_json(state) is not None:
             continue
-        except (ValueError, OSError):
-            pass
-        if copy.is_file():
-            write_atomic(state, copy.read_text())
+        copy = _whole_json(state.with_name(state.name + STATE_COPY_SUFFIX))
+        if copy is not None:
+            write_atomic(state, copy)
             recovered.append(state)
     return recovered
+
+
+def _whole_json(path: Path) -> str | None:
+    """The text of ``path`` if it is a whole JSON document, else None."""
+    try:
+        text = path.read_text()
+        json.loads(text)
+    except (ValueError, OSError):
+        return None
+    return text
 
 
 def make_records_callback(paths: SweepPaths) -> Any:
