@@ -45,6 +45,22 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dry-run", action="store_true", help="validate and print the resolved config only")
     sweep.set_defaults(handler=cmd_sweep)
 
+    submit = commands.add_parser("submit", help="run a sweep (or resume a sweep folder) as a Ray Job on a cluster")
+    _add_sweep_file(submit)
+    submit.add_argument("--address", help="the cluster's dashboard, e.g. http://HOST:8265 (else $RAY_ADDRESS)")
+    submit.add_argument("--follow", action="store_true", help="stream the job's logs; exit with its outcome")
+    submit.set_defaults(handler=cmd_submit)
+
+    jobs = commands.add_parser("jobs", help="tuner's Ray Jobs on a cluster and their state")
+    jobs.add_argument("--address", help="the cluster's dashboard, e.g. http://HOST:8265 (else $RAY_ADDRESS)")
+    jobs.set_defaults(handler=cmd_jobs)
+
+    stop = commands.add_parser("stop", help="stop a sweep's Ray Job; its sweep saves its state for resume")
+    stop.add_argument("job_id", help="the job id that submit printed (see: tuner jobs)")
+    stop.add_argument("--address", help="the cluster's dashboard, e.g. http://HOST:8265 (else $RAY_ADDRESS)")
+    stop.add_argument("--no-wait", action="store_true", help="return at once instead of waiting for the job to end")
+    stop.set_defaults(handler=cmd_stop)
+
     resume = commands.add_parser("resume", help="continue an interrupted sweep from its output folder")
     resume.add_argument("folder", help="the sweep's output folder, e.g. runs/mnist_asha")
     resume.add_argument("--address", help="join an existing Ray cluster (else $RAY_ADDRESS, else a local Ray)")
@@ -112,6 +128,45 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_submit(args: argparse.Namespace) -> int:
+    from tuner import jobs
+
+    job = jobs.submit(args.file, args.overrides, smoke=args.smoke, address=args.address)
+    address = f" --address {job.address}" if job.address else ""
+    print(f"submitted job {job.job_id} to {job.address or 'the cluster'}: {job.entrypoint}")
+    print(f"  follow:  ray job logs --follow {job.job_id}{address}")
+    print(f"  list:    python -m tuner jobs{address}")
+    print(f"  stop:    python -m tuner stop {job.job_id}{address}   (the sweep saves its state; resume continues it)")
+    print(f"  results: in {job.output_dir}/ on the cluster's storage (tuner jobs names the sweep's folder)")
+    if args.follow:
+        return jobs.follow(job.job_id, args.address or job.address or None)
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from tuner import jobs
+
+    rows = jobs.list_jobs(args.address)
+    if not rows:
+        print("no tuner jobs on this cluster")
+        return 0
+    width = max(len(row.job_id) for row in rows)
+    print(f"{'job':<{width}}  {'status':<10}{'sweep':<20}{'started':<21}folder")
+    for row in rows:
+        print(f"{row.job_id:<{width}}  {row.status:<10}{row.sweep:<20}{row.started:<21}{row.folder}")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from tuner import jobs
+
+    status = jobs.stop(args.job_id, args.address, wait=not args.no_wait)
+    print(f"job {args.job_id}: {status}")
+    if status == "STOPPED":
+        print("  its sweep saved its state: continue it with 'python -m tuner resume FOLDER' or submit FOLDER")
+    return 0
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     from tuner.results import open_sweep
     from tuner.sweep import run_sweep
@@ -138,6 +193,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     for trial in summaries:
         counts[trial.status] = counts.get(trial.status, 0) + 1
     print("  " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    for trial in summaries:
+        if trial.error:
+            print(f"  {trial.trial_id} errored: {trial.error}")
     if any(t.best_value is not None for t in summaries):
         best = best_trial(sweep, paths, summaries)
         print(f"best so far: {best.trial_id} at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}")

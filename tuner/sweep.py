@@ -99,6 +99,45 @@ def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bo
     return min(slots, sweep.trials.max_concurrent or slots)
 
 
+def check_shared_storage(paths: SweepPaths) -> None:
+    """On a cluster of several nodes, every node must see the sweep folder (Tune's trials
+    write their checkpoints there): a marker written here must be visible from each node.
+    A local disk of the driver's machine fails this at once, not at the first checkpoint."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [node for node in ray.nodes() if node["Alive"]]
+    if len(nodes) < 2:
+        return
+    marker = paths.root / f".tuner-visible-{os.getpid()}-{os.urandom(3).hex()}"
+    write_atomic(marker, "written by the sweep's driver to check that every node sees this folder\n")
+
+    @ray.remote(num_cpus=0)
+    def sees(path: str) -> bool:
+        return os.path.exists(path)
+
+    try:
+        seen = ray.get(
+            [
+                sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
+                    str(marker)
+                )
+                for node in nodes
+            ],
+            timeout=120,
+        )
+    finally:
+        marker.unlink(missing_ok=True)
+    blind = [node for node, ok in zip(nodes, seen, strict=True) if not ok]
+    if blind:
+        names = ", ".join(f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})" for node in blind)
+        raise TunerError(
+            f"output_dir: {paths.root.parent} is not visible from {len(blind)} of the cluster's {len(nodes)} "
+            f"nodes ({names}); on a cluster of several machines put output_dir on storage every node reaches "
+            "(a shared mount such as NFS) - see docs/cluster.md"
+        )
+
+
 def describe(sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: SweepPaths) -> str:
     specs = sweep.param_specs()
     searched = ", ".join(f"{k} ({s.kind})" for k, s in specs.items() if s.kind != "constant") or "nothing"
@@ -149,6 +188,7 @@ def build_tuner(
         seed=sweep.seed,
         direct=sweep.scaling.direct,
         fail_once_at_epoch=int(fail_at) if fail_at else None,
+        train_on_cpu=os.environ.get("TUNER_TEST_TRAIN_ON_CPU") == "1",
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
@@ -169,7 +209,7 @@ def build_tuner(
         tune_config=tune.TuneConfig(
             metric=sweep.metric,
             mode=sweep.mode,
-            search_alg=searchers.build_searcher(sweep, slots),
+            search_alg=searchers.build_searcher(sweep, slots, gpus_out_of_sight=use_gpu and not sweep.scaling.direct),
             scheduler=schedulers.build_scheduler(sweep),
             num_samples=sweep.trials.num_samples,
             time_budget_s=sweep.trials.time_budget_s,
@@ -206,7 +246,8 @@ class SweepInterrupted(Exception):
 
 @contextlib.contextmanager
 def _stop_cleanly_on_ctrl_c():
-    """First Ctrl-C: ask Tune to stop and save (Tune listens to SIGUSR1); second: abort.
+    """First Ctrl-C (or SIGTERM, as ``tuner stop`` and ``ray job stop`` send): ask Tune to
+    stop and save (Tune listens to SIGUSR1); a second Ctrl-C aborts.
 
     Tune's own SIGINT handler would do the same but tell us nothing; this way the
     caller knows the sweep did not finish.
@@ -216,18 +257,22 @@ def _stop_cleanly_on_ctrl_c():
         yield interrupted
         return
 
-    def on_sigint(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
+        if interrupted.is_set():
+            return
         interrupted.set()
-        print("\nCtrl-C: stopping the trials and saving the sweep's state (Ctrl-C again to abort)", flush=True)
+        what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        print(f"\n{what}: stopping the trials and saving the sweep's state (Ctrl-C again to abort)", flush=True)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.kill(os.getpid(), signal.SIGUSR1)
 
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield interrupted
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def can_resume(paths: SweepPaths) -> bool:
@@ -326,6 +371,7 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool) -> S
 
     from tuner import export, tracking
 
+    check_shared_storage(paths)
     cluster = ray.cluster_resources()
     use_gpu = decide_gpu(sweep, cluster)
     slots = concurrent_trials(sweep, cluster, use_gpu)

@@ -1,0 +1,243 @@
+"""Sweeps as Ray Jobs: submit one to a cluster's dashboard, list tuner's jobs, stop one.
+
+``submit`` validates the sweep file here (the same one-line errors as ``sweep``; nothing
+is submitted for a bad file), then ships what the job needs as its working directory:
+the ``tuner`` package, the ``search_spaces/`` registry and the sweep file. On the cluster
+the job runs ``python -m tuner sweep FILE`` (or ``resume FOLDER``) with the cluster's
+own Python, which must have tuner's dependencies installed.
+
+A stopped job's driver gets SIGTERM, which stops the trials and saves the sweep like a
+Ctrl-C does, so ``resume`` (locally or as a job) continues it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.config import SweepConfig, load_sweep, resolve_sweep_path
+from tuner.errors import TunerError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+SPACES_DIR = PACKAGE_DIR.parent / "search_spaces"
+METADATA_KEY = "tuner_sweep"  # marks tuner's jobs among a cluster's others
+# Time a stopped job's driver gets to stop its trials and save the sweep before SIGKILL.
+STOP_WAIT_S = 60
+OUTPUT_LINE = "  output: "  # the plan line naming the sweep's folder (tuner.sweep.describe)
+
+
+@dataclass
+class Submission:
+    job_id: str
+    address: str
+    entrypoint: str
+    output_dir: str
+
+
+def client(address: str | None) -> Any:
+    """Ray's JobSubmissionClient for ``address`` (else $RAY_ADDRESS), with the cluster's
+    token when one is at hand; an unreachable dashboard is one line."""
+    from ray.job_submission import JobSubmissionClient
+
+    from tuner.sweep import _send_auth_token_if_any
+
+    _quiet_client_logs()
+    _send_auth_token_if_any()
+    where = address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or "(auto)"
+    try:
+        return JobSubmissionClient(address)
+    except Exception as error:  # ConnectionError, RuntimeError, ValueError, depending on the cause
+        raise TunerError(
+            f"cannot reach the Ray dashboard at {where} ({_first_line(error)}); "
+            "start the cluster or pass --address http://HOST:8265"
+        ) from None
+
+
+def _quiet_client_logs() -> None:
+    """Ray's client logs every upload and websocket close at INFO and warns on every call
+    that token auth is on (it is what keeps other users out: keep it); tuner says what matters."""
+    import logging
+
+    for name in (
+        "ray.dashboard.modules.dashboard_sdk",
+        "ray.dashboard.modules.job.sdk",
+        "ray._private.runtime_env.packaging",
+        "ray._private.authentication.authentication_token_setup",
+    ):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def check_cluster_paths(sweep: SweepConfig, file: str) -> None:
+    """A job's working directory on the cluster is temporary: its outputs and data must be
+    named by absolute paths (or URIs) that the cluster's nodes reach."""
+    if not _is_absolute(sweep.output_dir):
+        raise TunerError(
+            f"{file}: output_dir: a job's working directory on the cluster is temporary, so it needs an absolute "
+            f"path on storage every node reaches, but got {sweep.output_dir!r}; "
+            "e.g. --set output_dir=/mnt/shared/runs"
+        )
+    if sweep.data.root is not None and not _is_absolute(sweep.data.root):
+        raise TunerError(
+            f"{file}: data.root: a job needs a path that exists on the cluster's nodes, but got the relative "
+            f"{sweep.data.root!r}; give an absolute path, or leave it out to use the cluster's $TUNER_DATA_DIR"
+        )
+
+
+def _is_absolute(path: str) -> bool:
+    return Path(path).is_absolute()
+
+
+def submit(
+    target: str, overrides: list[str], *, smoke: bool, address: str | None, wait_s: float = STOP_WAIT_S
+) -> Submission:
+    """Validate here, then submit ``sweep`` (a file) or ``resume`` (a sweep folder) as a job."""
+    folder = Path(target)
+    if folder.is_dir() and (folder / "sweep.yaml").is_file():
+        if overrides or smoke:
+            raise TunerError(f"{target}: a sweep folder is resumed as it was configured; drop --set and --smoke")
+        from tuner.results import open_sweep
+
+        sweep, paths = open_sweep(target)
+        check_cluster_paths(sweep, str(paths.config))
+        command, staged_file = ["resume", str(paths.root.resolve())], None
+    else:
+        path = resolve_sweep_path(target)
+        sweep = load_sweep(target, overrides, smoke=smoke)  # ConfigError: one line, nothing submitted
+        check_cluster_paths(sweep, str(path))
+        staged_file = path
+        command = ["sweep", path.name, *(f"--set={item}" for item in overrides), *(["--smoke"] if smoke else [])]
+    entrypoint = shlex.join(["python", "-m", "tuner", *command])
+    jobs = client(address)
+    job_id = f"tuner-{sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
+    with tempfile.TemporaryDirectory(prefix="tuner-job-") as staging:
+        working_dir = _stage(Path(staging), staged_file)
+        try:
+            jobs.submit_job(
+                entrypoint=entrypoint,
+                submission_id=job_id,
+                runtime_env={
+                    "working_dir": str(working_dir),
+                    "env_vars": {"RAY_JOB_STOP_SIGNAL": "SIGTERM", "RAY_JOB_STOP_WAIT_TIME_S": str(int(wait_s))},
+                },
+                metadata={METADATA_KEY: sweep.name, "output_dir": sweep.output_dir, "command": command[0]},
+            )
+        except Exception as error:
+            raise TunerError(f"the cluster refused the job ({_first_line(error)})") from None
+    return Submission(job_id, _address_of(jobs, address), entrypoint, sweep.output_dir)
+
+
+def _stage(staging: Path, sweep_file: Path | None) -> Path:
+    """The job's working directory: the tuner package, the space registry, the sweep file."""
+    root = staging / "job"
+    shutil.copytree(PACKAGE_DIR, root / "tuner", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if SPACES_DIR.is_dir():
+        shutil.copytree(SPACES_DIR, root / "search_spaces", ignore=shutil.ignore_patterns("__pycache__"))
+    if sweep_file is not None:
+        shutil.copy2(sweep_file, root / sweep_file.name)
+    return root
+
+
+def _address_of(jobs: Any, address: str | None) -> str:
+    return getattr(jobs, "_address", None) or address or ""
+
+
+def follow(job_id: str, address: str | None) -> int:
+    """Stream the job's logs until it ends; its driver's exit code (1 if unknown)."""
+    jobs = client(address)
+
+    async def tail() -> None:
+        async for lines in jobs.tail_job_logs(job_id):
+            print(lines, end="", flush=True)
+
+    try:
+        asyncio.run(tail())
+    except KeyboardInterrupt:
+        print(f"\nstopped following; the job goes on. Stop it with: python -m tuner stop {job_id}", flush=True)
+        return 130
+    info = _wait_for_end(jobs, job_id)
+    code = getattr(info, "driver_exit_code", None)
+    print(f"job {job_id}: {info.status}" + (f" (exit code {code})" if code is not None else ""), flush=True)
+    if str(info.status).endswith("SUCCEEDED"):
+        return 0
+    return code if isinstance(code, int) and code > 0 else 1
+
+
+def _wait_for_end(jobs: Any, job_id: str, timeout_s: float = 60.0) -> Any:
+    """The log stream can end a moment before the job's status does."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = jobs.get_job_info(job_id)
+        if info.status.is_terminal() or time.monotonic() > deadline:
+            return info
+        time.sleep(0.5)
+
+
+@dataclass
+class JobRow:
+    job_id: str
+    status: str
+    sweep: str
+    started: str
+    folder: str
+
+
+def list_jobs(address: str | None) -> list[JobRow]:
+    """tuner's jobs on the cluster, oldest first, with the folder each sweep writes to."""
+    jobs = client(address)
+    rows = []
+    for info in sorted(jobs.list_jobs(), key=lambda info: info.start_time or 0):
+        metadata = info.metadata or {}
+        if METADATA_KEY not in metadata or not info.submission_id:
+            continue
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.start_time / 1000)) if info.start_time else "-"
+        rows.append(
+            JobRow(
+                info.submission_id,
+                str(info.status).rsplit(".", 1)[-1],
+                metadata[METADATA_KEY],
+                started,
+                _folder_from_logs(jobs, info.submission_id) or f"{metadata.get('output_dir', '?')}/...",
+            )
+        )
+    return rows
+
+
+def _folder_from_logs(jobs: Any, job_id: str) -> str | None:
+    try:
+        logs = jobs.get_job_logs(job_id)
+    except Exception:  # noqa: BLE001 - a job without logs yet
+        return None
+    for line in logs.splitlines():
+        if line.startswith(OUTPUT_LINE):
+            return line[len(OUTPUT_LINE) :].strip()
+    return None
+
+
+def stop(job_id: str, address: str | None, *, wait: bool = True) -> str:
+    """Ask the job to stop (its sweep saves its state first); its final status."""
+    jobs = client(address)
+    try:
+        info = jobs.get_job_info(job_id)
+    except Exception as error:  # noqa: BLE001 - RuntimeError "does not exist" and friends
+        reason = _first_line(error)
+        raise TunerError(f"no job {job_id!r} on the cluster ({reason}); list them with: tuner jobs") from None
+    if METADATA_KEY not in (info.metadata or {}):
+        raise TunerError(f"job {job_id!r} was not submitted by tuner; stop it with: ray job stop {job_id}")
+    if info.status.is_terminal():
+        return str(info.status).rsplit(".", 1)[-1]
+    jobs.stop_job(job_id)
+    if not wait:
+        return "STOPPING"
+    return str(_wait_for_end(jobs, job_id, timeout_s=STOP_WAIT_S + 30).status).rsplit(".", 1)[-1]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
