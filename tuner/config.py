@@ -251,6 +251,18 @@ class SweepConfig(Strict):
     checkpoint: CheckpointConfig = CheckpointConfig()
     tracking: TrackingConfig = TrackingConfig()
 
+    @field_validator("output_dir")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        if "://" in value:  # Path("s3://b/runs") would quietly be a local folder named "s3:"
+            raise _custom(
+                "uri_output_dir",
+                "storage URIs are not supported yet; use a path (on a cluster, one on a shared mount "
+                "that every node reaches: docs/cluster.md)",
+                value=value,
+            )
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> SweepConfig:
         if self.mode is None:

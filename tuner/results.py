@@ -6,6 +6,7 @@ the sweep's metric and mode over every epoch every trial reported.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ class TrialSummary:
     best_epoch: int | None
     best_value: float | None
     last: dict[str, Any]
+    error: str = ""  # an errored trial's reason, one line
 
 
 def open_sweep(folder: str | Path) -> tuple[SweepConfig, SweepPaths]:
@@ -70,9 +72,21 @@ def trial_summaries(sweep: SweepConfig, paths: SweepPaths) -> list[TrialSummary]
                 best_epoch=best.epoch if best else None,
                 best_value=best.value if best else None,
                 last=records[-1] if records else {},
+                error=_error_reason(trial) if trial.status == "ERROR" else "",
             )
         )
     return summaries
+
+
+def _error_reason(trial: Any) -> str:
+    """The last exception line of Tune's error.txt for the trial (e.g. a lost node)."""
+    try:
+        text = Path(trial.error_file).read_text() if trial.error_file else ""
+    except OSError:
+        return "(Tune's error file cannot be read)"
+    lines = [line.strip() for line in text.splitlines() if re.match(r"^[\w.]+(Error|Exception)\b", line.strip())]
+    reason = lines[-1] if lines else (text.strip().splitlines() or [""])[-1]
+    return reason if len(reason) <= 300 else reason[:297] + "..."
 
 
 def _status(tune_status: str, epochs: int, max_epochs: int) -> str:

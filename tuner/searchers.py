@@ -15,9 +15,7 @@ from tuner import config as cfg
 def _variant_generator(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
     from ray.tune.search import BasicVariantGenerator
 
-    # Trials wait for resources as PENDING; only the user's own cap limits the generator
-    # (a tighter one would starve HyperBand's synchronous brackets).
-    return BasicVariantGenerator(random_state=sweep.seed, max_concurrent=sweep.trials.max_concurrent or 0)
+    return BasicVariantGenerator(random_state=sweep.seed, max_concurrent=max_concurrent)
 
 
 def _optuna(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
@@ -56,10 +54,18 @@ SEARCHERS: dict[str, Callable[[cfg.SweepConfig, int], Any]] = {
 }
 
 
-def build_searcher(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
-    """The Tune search algorithm for a validated sweep, running at most ``max_concurrent`` trials."""
+def build_searcher(sweep: cfg.SweepConfig, max_concurrent: int, *, gpus_out_of_sight: bool = False) -> Any:
+    """The Tune search algorithm for a validated sweep, running at most ``max_concurrent`` trials.
+
+    Random and grid trials wait for resources as PENDING, so only the user's own cap
+    limits them (a tighter one would starve HyperBand's synchronous brackets) - unless
+    Tune cannot see what a trial holds: a TorchTrainer's workers reserve their GPUs
+    themselves (``gpus_out_of_sight``).
+    """
     from ray.tune.search import ConcurrencyLimiter, Searcher
 
+    if sweep.searcher.name in ("random", "grid") and not gpus_out_of_sight:
+        max_concurrent = sweep.trials.max_concurrent or 0
     searcher = SEARCHERS[sweep.searcher.name](sweep, max_concurrent)
     if isinstance(searcher, Searcher):  # model-based: propose only as many as can run
         return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)

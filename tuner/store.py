@@ -43,6 +43,7 @@ HISTORY_KEYS = (
     *TRIAL_METRICS,
     "resumed_from",
     "world_size",
+    "nodes",
     "time_total_s",
     "entered_at",  # wall clock: the trial function began ...
     "first_step_at",  # ... and its first training step began (per start or restart)

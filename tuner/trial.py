@@ -56,11 +56,14 @@ class TrialSetup:
     seed: int
     direct: bool = False  # run the loop in the trial's process (workers == 1)
     fail_once_at_epoch: int | None = None  # test-only fault switch (TUNER_TEST_FAIL_AT_EPOCH)
+    train_on_cpu: bool = False  # test-only: GPUs declared to Ray, none present (TUNER_TEST_TRAIN_ON_CPU)
 
 
 # A trial's CPUs are reserved by its driver, so that Tune's own scheduling decides how
 # many trials run (and HyperBand can pause some while others run); each Train worker
 # asks for a token share of them. Together they ask exactly workers x cpus_per_worker.
+# Train's workers reserve their GPUs themselves, out of Tune's sight: the sweep caps the
+# trials it starts at the cluster's GPU slots (tuner.searchers).
 WORKER_CPU_TOKEN = 0.01
 
 
@@ -134,6 +137,7 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         "fail_once_at_epoch": setup.fail_once_at_epoch,
         "fail_marker": os.path.join(setup.train_dir, f"{trial_id}.failed-once"),
         "entered_at": entered_at,
+        "train_on_cpu": setup.train_on_cpu,
     }
     if setup.direct:
         run_training(loop, _TuneSession(setup.use_gpu))
@@ -156,7 +160,7 @@ def _fit_torch_trainer(loop: dict[str, Any], setup: TrialSetup, trial_id: str) -
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config=loop,
-        torch_config=TorchConfig(backend="nccl" if setup.use_gpu else "gloo"),
+        torch_config=TorchConfig(backend="nccl" if setup.use_gpu and not setup.train_on_cpu else "gloo"),
         scaling_config=ray.train.ScalingConfig(
             num_workers=setup.workers, use_gpu=setup.use_gpu, resources_per_worker=worker_resources(setup)
         ),
@@ -267,7 +271,7 @@ class _TrainSession(_Session):
 
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
-        self.device = ray.train.torch.get_device()
+        self.device = torch.device("cpu") if loop["train_on_cpu"] else ray.train.torch.get_device()
         self.resume_from = loop["resume_from"]
 
     def resume_state(self) -> dict[str, Any] | None:
@@ -282,7 +286,7 @@ class _TrainSession(_Session):
     def prepare_model(self, model: nn.Module) -> nn.Module:
         import ray.train.torch
 
-        return ray.train.torch.prepare_model(model)  # DDP when world > 1, moved to device
+        return ray.train.torch.prepare_model(model, move_to_device=self.device)  # DDP when world > 1
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
         import ray.train
@@ -336,6 +340,7 @@ def run_training(loop: dict[str, Any], session: _Session) -> None:
     torch.manual_seed(loop["seed"])
     train = loop["train"]
     data: TrainingData = ray.get(loop["data_ref"])  # zero-copy views of the node's one copy
+    nodes = _node_ids(world)
     shards = _Shards(data, device, rank, world)
 
     model = build_model(
@@ -403,6 +408,7 @@ def run_training(loop: dict[str, Any], session: _Session) -> None:
             "images_per_s": len(indices) * world / compute_s,
             "resumed_from": resumed_from,
             "world_size": world,
+            "nodes": nodes,
             **timing,
         }
         with tempfile.TemporaryDirectory() as folder:
@@ -418,6 +424,18 @@ def run_training(loop: dict[str, Any], session: _Session) -> None:
                     Path(folder) / CHECKPOINT_FILE,
                 )
             session.report(metrics, folder if rank == 0 else None)
+
+
+def _node_ids(world: int) -> str:
+    """The Ray node of each rank, in rank order: where this (re)start of the trial runs."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    if world == 1:
+        return node
+    nodes: list[str] = [""] * world
+    torch.distributed.all_gather_object(nodes, node)
+    return ",".join(nodes)
 
 
 def _amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
