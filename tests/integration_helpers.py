@@ -189,3 +189,71 @@ def mlflow_children(sweep_root: Path) -> dict[str, list[int]]:
         assert run.data.tags["mlflow.parentRunId"] == state["parent_run_id"]
         steps[trial_id] = [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")]
     return steps
+
+
+# --- clusters of our own: several Ray nodes on this machine --------------------------------
+def venv_env(**extra: str) -> dict[str, str]:
+    """The environment for Ray nodes a test starts: this venv's ``python`` first on PATH, since
+    a Ray Job's entrypoint runs with the PATH of the process that started the node."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_ADDRESS": "", **extra}
+
+
+@contextlib.contextmanager
+def ray_head(temp_dir: Path, num_cpus: int = 2):
+    """``ray start --head`` with its own temp dir and dashboard on 127.0.0.1; yields (GCS
+    address, dashboard URL). Stopped by killing the processes under its temp dir: never
+    another Ray on the machine."""
+    import shutil
+
+    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
+    port, dashboard = free_port(), free_port()
+    started = subprocess.run(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            f"--num-cpus={num_cpus}",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}",
+            "--disable-usage-stats",
+            f"--temp-dir={temp_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        env=venv_env(),
+        timeout=180,
+    )
+    try:
+        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+        yield f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}"
+    finally:
+        kill_ray_under(temp_dir)
+
+
+PROBE_LEAKS = """
+import sys
+sys.path.insert(0, {tests!r})
+import ray
+ray.init(address={address!r}, log_to_driver=False)
+from integration_helpers import assert_no_leaks
+assert_no_leaks()
+print("no leaks")
+"""
+
+
+def assert_no_leaks_on(address: str) -> None:
+    """assert_no_leaks from a fresh driver joined to the cluster at ``address`` (a client sends
+    the cluster's token only in token mode)."""
+    probe = PROBE_LEAKS.format(tests=str(Path(__file__).parent), address=address)
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_ADDRESS": ""},
+    )
+    assert done.returncode == 0 and "no leaks" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]

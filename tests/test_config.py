@@ -1027,3 +1027,14 @@ def test_sweep_with_a_bad_file_exits_2_and_writes_nothing(case: Bad, tmp_path: P
 def test_one_worker_trials_run_directly_unless_asked_for_a_torch_trainer(scaling, direct):
     sweep = SweepConfig.model_validate({"name": "x", "scaling": scaling})
     assert sweep.scaling.direct is direct
+
+
+def test_a_storage_uri_output_dir_is_refused_not_made_a_local_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "uri.yaml"
+    path.write_text("output_dir: s3://bucket/runs\n")
+    with pytest.raises(
+        ConfigError, match=r"uri\.yaml:1: output_dir: storage URIs are not supported yet; .*'s3://bucket/runs'$"
+    ):
+        load_sweep(str(path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["uri.yaml"]

@@ -74,3 +74,21 @@ def test_a_torch_trainer_trial_asks_for_exactly_workers_times_cpus_per_worker():
     assert driver["cpu"] + 3 * worker["CPU"] == pytest.approx(6)
     assert worker == {"CPU": WORKER_CPU_TOKEN, "GPU": 0.5}
     assert "GPU" not in worker_resources(_setup(3, False, False))
+
+
+@pytest.mark.parametrize(
+    "direct, use_gpu, user_cap, expected",
+    [
+        (True, True, None, 0),  # Tune sees a direct trial's GPU share: trials wait as PENDING
+        (True, True, 3, 3),  # the user's own cap
+        (False, False, None, 0),  # the driver holds the workers' CPUs: Tune sees them
+        (False, True, None, 2),  # Train's workers reserve the GPUs out of Tune's sight
+    ],
+)
+def test_trials_are_capped_at_the_slots_only_where_tune_cannot_see_the_gpus(direct, use_gpu, user_cap, expected):
+    from tuner.searchers import build_searcher
+
+    trials = {"max_concurrent": user_cap} if user_cap else {}
+    scaling = {"runner": "direct"} if direct else {"workers": 2}
+    sweep = SweepConfig.model_validate({"name": "r", "scaling": scaling, "trials": trials})
+    assert build_searcher(sweep, 2, gpus_out_of_sight=use_gpu and not direct).max_concurrent == expected
