@@ -133,35 +133,3 @@ def test_a_lost_node_restarts_its_trial_from_its_checkpoint_on_a_surviving_node(
     steps = mlflow_children(root)  # one MLflow run per trial (it asserts no duplicate)
     assert sorted(steps) == sorted(trial_histories(SweepPaths(root))) and steps[trial] == list(range(1, epochs + 1))
     assert_no_leaks_on(cluster.address)
-
-
-def test_without_retries_a_lost_node_errors_its_trial_and_resume_retries_it(cluster, tmp_path):
-    _ensure_two_workers(cluster)
-    epochs = 5
-    sweep_file = _run(
-        tmp_path,
-        cluster,
-        "noretry",
-        data={"train_subset": 6000},
-        train={"epochs": epochs},
-        trials={"num_samples": 2, "max_failures": 0},
-    )
-    process = start_sweep(sweep_file, env={**venv_env(), "RAY_ADDRESS": cluster.address})
-    root = tmp_path / "runs" / "noretry"
-    trial, _, reported = _kill_the_node_of_a_running_trial(cluster, root, process)
-    out, err = process.communicate(timeout=600)
-    status = tuner_cli("status", str(root))
-    line = next(line for line in status.stdout.splitlines() if line.startswith(trial))
-    assert "errored" in line, status.stdout
-    other = [t for t in trial_histories(SweepPaths(root)) if t != trial]
-    assert len(trial_histories(SweepPaths(root))[other[0]]) == epochs, "the other trial did not finish"
-    reason = next(line for line in status.stdout.splitlines() if line.startswith(f"  {trial} errored: "))
-    assert "died" in reason.lower() or "node" in reason.lower(), reason  # the reason, not just "errored"
-
-    _ensure_two_workers(cluster)
-    resumed = tuner_cli("resume", str(root), "--address", cluster.address, env=venv_env())
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    rows = trial_histories(SweepPaths(root))[trial]
-    assert [row["epoch"] for row in rows] == list(range(1, epochs + 1))
-    assert rows[reported]["resumed_from"] == trial
-    assert_no_leaks_on(cluster.address)
