@@ -30,6 +30,7 @@ SPACES_DIR = PACKAGE_DIR.parent / "search_spaces"
 METADATA_KEY = "tuner_sweep"  # marks tuner's jobs among a cluster's others
 # Time a stopped job's driver gets to stop its trials and save the sweep before SIGKILL.
 STOP_WAIT_S = 60
+AGENT_WAIT_S = 60  # a just-started cluster's wait for its job agent
 OUTPUT_LINE = "  output: "  # the plan line naming the sweep's folder (tuner.sweep.describe)
 
 
@@ -118,18 +119,25 @@ def submit(
     job_id = f"tuner-{sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
     with tempfile.TemporaryDirectory(prefix="tuner-job-") as staging:
         working_dir = _stage(Path(staging), staged_file)
-        try:
-            jobs.submit_job(
-                entrypoint=entrypoint,
-                submission_id=job_id,
-                runtime_env={
-                    "working_dir": str(working_dir),
-                    "env_vars": {"RAY_JOB_STOP_SIGNAL": "SIGTERM", "RAY_JOB_STOP_WAIT_TIME_S": str(int(wait_s))},
-                },
-                metadata={METADATA_KEY: sweep.name, "output_dir": sweep.output_dir, "command": command[0]},
-            )
-        except Exception as error:
-            raise TunerError(f"the cluster refused the job ({_first_line(error)})") from None
+        request = {
+            "entrypoint": entrypoint,
+            "submission_id": job_id,
+            "runtime_env": {
+                "working_dir": str(working_dir),
+                "env_vars": {"RAY_JOB_STOP_SIGNAL": "SIGTERM", "RAY_JOB_STOP_WAIT_TIME_S": str(int(wait_s))},
+            },
+            "metadata": {METADATA_KEY: sweep.name, "output_dir": sweep.output_dir, "command": command[0]},
+        }
+        deadline = time.monotonic() + AGENT_WAIT_S
+        while True:
+            try:
+                jobs.submit_job(**request)
+                break
+            except Exception as error:
+                # A cluster that has just started has no job agent for a few seconds.
+                if "No available agent" not in str(error) or time.monotonic() > deadline:
+                    raise TunerError(f"the cluster refused the job ({_first_line(error)})") from None
+                time.sleep(2.0)
     return Submission(job_id, _address_of(jobs, address), entrypoint, sweep.output_dir)
 
 
