@@ -5,6 +5,7 @@ epoch in ``history/`` names the Ray node of each rank."""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -30,8 +31,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 def cluster():
     """A head with no CPUs (so trials land on nodes that can be lost) and two 1-CPU nodes.
     Dead nodes are noticed within seconds, as in Ray's own node-loss tests."""
+    from ray._private.authentication.authentication_token_setup import (
+        enable_token_auth_by_default,
+        ensure_token_if_auth_enabled,
+    )
     from ray.cluster_utils import Cluster
 
+    # Token mode in this process and every node and driver, as `ray start` clusters run
+    # by default (a cluster_utils node started without it disagrees with a driver that
+    # holds a token). Ray's helper also refreshes this process's cached mode.
+    saved_mode = os.environ.get("RAY_AUTH_MODE")
+    enable_token_auth_by_default()
+    ensure_token_if_auth_enabled({}, create_token_if_missing=True)
     temp_dir = Path(tempfile.mkdtemp(prefix="trm", dir="/tmp"))  # short: socket paths
     cluster = Cluster(
         initialize_head=True,
@@ -51,6 +62,10 @@ def cluster():
     finally:
         cluster.shutdown()
         kill_ray_under(temp_dir)
+        if saved_mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved_mode
 
 
 def _workers(cluster) -> dict[str, object]:
@@ -132,4 +147,36 @@ def test_a_lost_node_restarts_its_trial_from_its_checkpoint_on_a_surviving_node(
     print(f"lost node after epoch {reported}; restart epoch {restarted[0]['epoch']} on {restarted[0]['nodes'][:8]}")
     steps = mlflow_children(root)  # one MLflow run per trial (it asserts no duplicate)
     assert sorted(steps) == sorted(trial_histories(SweepPaths(root))) and steps[trial] == list(range(1, epochs + 1))
+    assert_no_leaks_on(cluster.address)
+
+
+def test_without_retries_a_lost_node_errors_its_trial_and_resume_retries_it(cluster, tmp_path):
+    _ensure_two_workers(cluster)
+    epochs = 5
+    sweep_file = _run(
+        tmp_path,
+        cluster,
+        "noretry",
+        data={"train_subset": 6000},
+        train={"epochs": epochs},
+        trials={"num_samples": 2, "max_failures": 0},
+    )
+    process = start_sweep(sweep_file, env={**venv_env(), "RAY_ADDRESS": cluster.address})
+    root = tmp_path / "runs" / "noretry"
+    trial, _, reported = _kill_the_node_of_a_running_trial(cluster, root, process)
+    out, err = process.communicate(timeout=600)
+    status = tuner_cli("status", str(root))
+    line = next(line for line in status.stdout.splitlines() if line.startswith(trial))
+    assert "errored" in line, status.stdout + f"\nrc={process.returncode}\n" + out[-4000:] + err[-4000:]
+    other = [t for t in trial_histories(SweepPaths(root)) if t != trial]
+    assert len(trial_histories(SweepPaths(root))[other[0]]) == epochs, "the other trial did not finish"
+    reason = next(line for line in status.stdout.splitlines() if line.startswith(f"  {trial} errored: "))
+    assert "actor" in reason.lower(), reason  # Ray's words for the lost trial process, not just "errored"
+
+    _ensure_two_workers(cluster)
+    resumed = tuner_cli("resume", str(root), "--address", cluster.address, env=venv_env())
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    rows = trial_histories(SweepPaths(root))[trial]
+    assert [row["epoch"] for row in rows] == list(range(1, epochs + 1))
+    assert rows[reported]["resumed_from"] == trial
     assert_no_leaks_on(cluster.address)

@@ -58,21 +58,27 @@ def analysis(sweep: SweepConfig, paths: SweepPaths) -> Any:
 def trial_summaries(sweep: SweepConfig, paths: SweepPaths) -> list[TrialSummary]:
     experiment = analysis(sweep, paths)
     histories = store.trial_histories(paths)
+    last_event = {event["trial_id"]: event["event"] for event in store.read_timeline(paths)}
     summaries = []
     for trial in experiment.trials:
         records = histories.get(trial.trial_id, [])  # every reported epoch
         best = store.best_epoch({trial.trial_id: records}, sweep.metric, sweep.mode)
         epochs = int(records[-1]["training_iteration"]) if records else 0
+        tune_status = trial.status
+        if tune_status in ("RUNNING", "PENDING") and last_event.get(trial.trial_id) == "error":
+            # Tune can save its state before it handles a lost node's error; the driver's
+            # timeline recorded the error as it happened. (resume retries it either way.)
+            tune_status = "ERROR"
         summaries.append(
             TrialSummary(
                 trial_id=trial.trial_id,
-                status=_status(trial.status, epochs, sweep.max_epochs),
+                status=_status(tune_status, epochs, sweep.max_epochs),
                 epochs=epochs,
                 config=dict(trial.config),
                 best_epoch=best.epoch if best else None,
                 best_value=best.value if best else None,
                 last=records[-1] if records else {},
-                error=_error_reason(trial) if trial.status == "ERROR" else "",
+                error=_error_reason(trial) if tune_status == "ERROR" else "",
             )
         )
     return summaries
@@ -80,10 +86,17 @@ def trial_summaries(sweep: SweepConfig, paths: SweepPaths) -> list[TrialSummary]
 
 def _error_reason(trial: Any) -> str:
     """The last exception line of Tune's error.txt for the trial (e.g. a lost node)."""
-    try:
-        text = Path(trial.error_file).read_text() if trial.error_file else ""
-    except OSError:
-        return "(Tune's error file cannot be read)"
+    # trial.error_file would ask Ray for its session folder: read the trial's storage.
+    candidates = [Path(trial.path) / (trial.run_metadata.error_filename or "error.txt")]
+    text = ""
+    for candidate in candidates:
+        try:
+            text = Path(candidate).read_text()
+            break
+        except OSError:
+            continue
+    if not text:
+        return "(Tune recorded no reason)"
     lines = [line.strip() for line in text.splitlines() if re.match(r"^[\w.]+(Error|Exception)\b", line.strip())]
     reason = lines[-1] if lines else (text.strip().splitlines() or [""])[-1]
     return reason if len(reason) <= 300 else reason[:297] + "..."
