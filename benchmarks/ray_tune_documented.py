@@ -112,6 +112,7 @@ def main() -> None:
     storage = tempfile.mkdtemp(prefix="ray_tune_documented_")
     budget.data_root = torchvision_root(budget.data_root, Path(storage) / "data")
     ray.init(
+        address="local",
         num_cpus=budget.slots,
         resources={"trial_driver": budget.slots},
         include_dashboard=True,

@@ -37,7 +37,7 @@ def local_ray():
     trials' CPUs: docs/ray-notes.md)."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False)
     yield ray
     ray.shutdown()
 

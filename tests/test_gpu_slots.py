@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 def gpu_ray():
     import ray
 
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False)
+    ray.init(
+        address="local", num_cpus=4, num_gpus=2, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False
+    )
     yield ray
     ray.shutdown()
 

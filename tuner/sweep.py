@@ -49,7 +49,9 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
         package_dir = str(Path(__file__).resolve().parent)
         ray.init(address=address, runtime_env={"py_modules": [package_dir]}, **common)
         return False
-    ray.init(include_dashboard=True, dashboard_host="127.0.0.1", **common)
+    # "local": a Ray of our own, never one that `ray start` (or a crashed cluster, through
+    # its stale /tmp/ray/ray_current_cluster) left on this machine.
+    ray.init(address="local", include_dashboard=True, dashboard_host="127.0.0.1", **common)
     return True
 
 
