@@ -90,7 +90,7 @@ def _nodes_per_epoch(root: Path) -> dict[str, list[list[str]]]:
     return {trial: [row["nodes"].split(",") for row in rows] for trial, rows in histories.items()}
 
 
-def test_trials_run_on_both_nodes(cluster, tmp_path):
+def test_trials_run_on_both_nodes_and_a_ddp_trial_spans_them(cluster, tmp_path):
     _ensure_two_workers(cluster)
     workers = set(_workers(cluster))
     one_each = _run(tmp_path, cluster, "spread", train={"epochs": 1}, trials={"num_samples": 2})
@@ -101,6 +101,21 @@ def test_trials_run_on_both_nodes(cluster, tmp_path):
     print(f"trials per node: { {n[:8]: sum(n in e[0] for e in nodes.values()) for n in used} }")
     assert used == workers, f"trials ran on {used}, the cluster's nodes are {workers}"
     assert json.loads((tmp_path / "runs" / "spread" / "best" / "metrics.json").read_text())["test_accuracy"] > 0.3
+
+    # One trial of two 1-CPU workers fits no single node: its bundles, and so its ranks, span both.
+    ddp = _run(
+        tmp_path,
+        cluster,
+        "spanning",
+        train={"epochs": 1},
+        trials={"num_samples": 1},
+        scaling={"workers": 2, "cpus_per_worker": 1},
+    )
+    done = tuner_cli("sweep", str(ddp), "--address", cluster.address, env=venv_env())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [epochs] = _nodes_per_epoch(tmp_path / "runs" / "spanning").values()
+    assert sorted(epochs[0]) == sorted(workers), f"the 2-worker trial's ranks ran on {epochs[0]}"
+    assert json.loads((tmp_path / "runs" / "spanning" / "best" / "metrics.json").read_text())["test_accuracy"] > 0.3
 
     assert_no_leaks_on(cluster.address)
 

@@ -8,7 +8,7 @@ import pytest
 from tuner.config import SweepConfig
 from tuner.errors import TunerError
 from tuner.sweep import concurrent_trials, decide_gpu
-from tuner.trial import WORKER_CPU_TOKEN, TrialSetup, driver_resources, worker_resources
+from tuner.trial import WORKER_CPU_TOKEN, TrialSetup, trial_bundles, worker_resources
 
 
 def _sweep(**scaling) -> SweepConfig:
@@ -64,14 +64,15 @@ def _setup(workers: int, use_gpu: bool, direct: bool, cpus: float = 1.0, gpus: f
 
 
 def test_a_direct_trial_reserves_its_cpus_and_gpu_share_itself():
-    assert driver_resources(_setup(1, True, True), 64) == {"cpu": 1.0, "gpu": 0.5, "memory": 64}
-    assert driver_resources(_setup(1, False, True, cpus=2), 64) == {"cpu": 2, "memory": 64}
+    assert trial_bundles(_setup(1, True, True), 64) == [{"CPU": 1.0, "GPU": 0.5, "memory": 64}]
+    assert trial_bundles(_setup(1, False, True, cpus=2), 64) == [{"CPU": 2, "memory": 64}]
 
 
-def test_a_torch_trainer_trial_asks_for_exactly_workers_times_cpus_per_worker():
+def test_a_torch_trainer_trial_reserves_one_bundle_per_worker_and_its_workers_a_token_each():
     setup = _setup(3, True, False, cpus=2)
-    driver, worker = driver_resources(setup, 64), worker_resources(setup)
-    assert driver["cpu"] + 3 * worker["CPU"] == pytest.approx(6)
+    bundles, worker = trial_bundles(setup, 64), worker_resources(setup)
+    assert len(bundles) == 3 and bundles[0]["memory"] == 64  # the driver runs in bundle 0
+    assert all(bundle["CPU"] + worker["CPU"] == pytest.approx(2) for bundle in bundles)  # per node, exactly
     assert worker == {"CPU": WORKER_CPU_TOKEN, "GPU": 0.5}
     assert "GPU" not in worker_resources(_setup(3, False, False))
 

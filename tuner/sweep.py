@@ -175,7 +175,7 @@ def build_tuner(
     from ray import tune
 
     from tuner import schedulers, searchers, spaces, store, tracking
-    from tuner.trial import TrialSetup, driver_resources, trial_driver
+    from tuner.trial import TrialSetup, trial_bundles, trial_driver
 
     fail_at = os.environ.get("TUNER_TEST_FAIL_AT_EPOCH")
     setup = TrialSetup(
@@ -194,7 +194,7 @@ def build_tuner(
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
-        driver_resources(setup, DRIVER_MEMORY),
+        tune.PlacementGroupFactory(trial_bundles(setup, DRIVER_MEMORY), strategy="PACK"),
     )
     if restore:
         try:

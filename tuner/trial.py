@@ -59,19 +59,24 @@ class TrialSetup:
     train_on_cpu: bool = False  # test-only: GPUs declared to Ray, none present (TUNER_TEST_TRAIN_ON_CPU)
 
 
-# A trial's CPUs are reserved by its driver, so that Tune's own scheduling decides how
-# many trials run (and HyperBand can pause some while others run); each Train worker
-# asks for a token share of them. Together they ask exactly workers x cpus_per_worker.
-# Train's workers reserve their GPUs themselves, out of Tune's sight: the sweep caps the
-# trials it starts at the cluster's GPU slots (tuner.searchers).
+# A trial's CPUs are reserved by Tune, one bundle per worker in the trial's placement
+# group, so that Tune's own scheduling decides how many trials run (and HyperBand can
+# pause some while others run). The driver runs in bundle 0; each Train worker asks a
+# token share of CPU, pinned to its bundle's node, so a trial spans nodes exactly as its
+# bundles do. (A Train run killed while its workers are still being placed can leave its
+# own placement group behind - docs/ray-notes.md - and a token's worth is harmless.)
+# GPUs are reserved by Train's workers themselves, out of Tune's sight: the sweep caps
+# the trials it starts at the cluster's GPU slots (tuner.searchers).
 WORKER_CPU_TOKEN = 0.01
 
 
-def driver_resources(setup: TrialSetup, memory: int) -> dict[str, float]:
+def trial_bundles(setup: TrialSetup, memory: int) -> list[dict[str, float]]:
+    """The bundles of the placement group Tune reserves for a trial; bundle 0 holds its driver."""
     if setup.direct:  # the trial process is the worker
-        gpu = {"gpu": setup.gpus_per_worker} if setup.use_gpu else {}
-        return {"cpu": setup.cpus_per_worker, **gpu, "memory": memory}
-    return {"cpu": setup.workers * (setup.cpus_per_worker - WORKER_CPU_TOKEN), "memory": memory}
+        gpu = {"GPU": setup.gpus_per_worker} if setup.use_gpu else {}
+        return [{"CPU": setup.cpus_per_worker, **gpu, "memory": memory}]
+    share = {"CPU": setup.cpus_per_worker - WORKER_CPU_TOKEN}
+    return [{**share, "memory": memory}] + [dict(share) for _ in range(setup.workers - 1)]
 
 
 def worker_resources(setup: TrialSetup) -> dict[str, float]:
@@ -79,6 +84,19 @@ def worker_resources(setup: TrialSetup) -> dict[str, float]:
     if setup.use_gpu:
         resources["GPU"] = setup.gpus_per_worker
     return resources
+
+
+def worker_nodes(setup: TrialSetup) -> list[dict[str, str]] | None:
+    """Per-worker label selectors: each CPU worker on the node of its bundle of the trial's
+    placement group (GPU workers go where Train finds their GPUs)."""
+    import ray
+    from ray.util.placement_group import NODE_ID_LABEL_KEY
+
+    group = ray.util.get_current_placement_group()
+    if setup.use_gpu or group is None:
+        return None
+    nodes = ray.util.placement_group_table(group)["bundles_to_node_id"]
+    return [{NODE_ID_LABEL_KEY: nodes[index]} for index in range(setup.workers)]
 
 
 def resolve_hyperparameters(setup: TrialSetup, sampled: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -162,7 +180,10 @@ def _fit_torch_trainer(loop: dict[str, Any], setup: TrialSetup, trial_id: str) -
         train_loop_config=loop,
         torch_config=TorchConfig(backend="nccl" if setup.use_gpu and not setup.train_on_cpu else "gloo"),
         scaling_config=ray.train.ScalingConfig(
-            num_workers=setup.workers, use_gpu=setup.use_gpu, resources_per_worker=worker_resources(setup)
+            num_workers=setup.workers,
+            use_gpu=setup.use_gpu,
+            resources_per_worker=worker_resources(setup),
+            label_selector=worker_nodes(setup),
         ),
         run_config=ray.train.RunConfig(
             name=f"{trial_id}-{uuid.uuid4().hex[:6]}",
