@@ -87,14 +87,10 @@ def trial_summaries(sweep: SweepConfig, paths: SweepPaths) -> list[TrialSummary]
 def _error_reason(trial: Any) -> str:
     """The last exception line of Tune's error.txt for the trial (e.g. a lost node)."""
     # trial.error_file would ask Ray for its session folder: read the trial's storage.
-    candidates = [Path(trial.path) / (trial.run_metadata.error_filename or "error.txt")]
-    text = ""
-    for candidate in candidates:
-        try:
-            text = Path(candidate).read_text()
-            break
-        except OSError:
-            continue
+    try:
+        text = (Path(trial.path) / (trial.run_metadata.error_filename or "error.txt")).read_text()
+    except OSError:
+        text = ""
     if not text:
         return "(Tune recorded no reason)"
     lines = [line.strip() for line in text.splitlines() if re.match(r"^[\w.]+(Error|Exception)\b", line.strip())]
