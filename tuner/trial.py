@@ -124,7 +124,8 @@ class _RelayToTune:
         self.queue = queue
 
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-        self.queue.put((dict(metrics[0]), checkpoint.path if checkpoint is not None else None))
+        # The checkpoint itself (path and filesystem): at a storage URI its path alone is no URI.
+        self.queue.put((dict(metrics[0]), checkpoint))
 
 
 def _relay_callback(queue: Any) -> Any:
@@ -153,15 +154,16 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         "trial_id": trial_id,
         "resume_from": None,
         "fail_once_at_epoch": setup.fail_once_at_epoch,
-        "fail_marker": os.path.join(setup.train_dir, f"{trial_id}.failed-once"),
+        "fail_marker": os.path.join(
+            tempfile.gettempdir() if "://" in setup.train_dir else setup.train_dir, f"{trial_id}.failed-once"
+        ),
         "entered_at": entered_at,
         "train_on_cpu": setup.train_on_cpu,
     }
     if setup.direct:
         run_training(loop, _TuneSession(setup.use_gpu))
     else:
-        resume = tune.get_checkpoint()
-        loop["resume_from"] = resume.path if resume is not None else None
+        loop["resume_from"] = tune.get_checkpoint()  # a Checkpoint (local or at a URI), or None
         _fit_torch_trainer(loop, setup, trial_id)
 
 
@@ -206,8 +208,10 @@ def _fit_torch_trainer(loop: dict[str, Any], setup: TrialSetup, trial_id: str) -
     thread = threading.Thread(target=fit, name=f"fit-{trial_id}", daemon=True)
     thread.start()
     while (item := queue.get()) != _FIT_DONE:
-        metrics, checkpoint_path = item
-        checkpoint = tune.Checkpoint(checkpoint_path) if checkpoint_path else None
+        metrics, train_checkpoint = item
+        checkpoint = None
+        if train_checkpoint is not None:
+            checkpoint = tune.Checkpoint(train_checkpoint.path, filesystem=train_checkpoint.filesystem)
         tune.report(metrics, checkpoint=checkpoint)
     thread.join()
     if "error" in outcome:
@@ -302,7 +306,10 @@ class _TrainSession(_Session):
         if checkpoint is not None:
             with checkpoint.as_directory() as folder:
                 return load_state(folder)
-        return load_state(self.resume_from) if self.resume_from else None
+        if self.resume_from is None:
+            return None
+        with self.resume_from.as_directory() as folder:  # fetched first where it is at a URI
+            return load_state(folder)
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
         import ray.train.torch
