@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -78,8 +79,6 @@ def recorded_sweep(tmp_path: Path, trials: int = 2) -> tuple[Path, Any]:
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -257,3 +256,43 @@ def assert_no_leaks_on(address: str) -> None:
         env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_ADDRESS": ""},
     )
     assert done.returncode == 0 and "no leaks" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+
+
+# --- object storage of our own: a real S3 API on 127.0.0.1 ----------------------------------
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@contextlib.contextmanager
+def s3_server(bucket: str = "tuner-test"):
+    """moto's S3 server on a free local port with one bucket; yields ``uri(folder)``, an
+    ``s3://`` URI that pyarrow (and so Ray Tune and tuner) opens. The credentials it takes
+    are set in os.environ while it runs, so that Ray nodes started meanwhile have them."""
+    import pytest
+
+    pytest.importorskip("moto", reason="moto[server] (the dev extra) serves S3 on 127.0.0.1")
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise AssertionError("moto's S3 server did not start") from None
+                time.sleep(0.3)
+        import boto3
+
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in S3_CREDENTIALS.items():
+                patch.setenv(key, value)
+            boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}").create_bucket(Bucket=bucket)
+            yield lambda folder: f"s3://{bucket}/{folder}?endpoint_override=127.0.0.1:{port}&scheme=http"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

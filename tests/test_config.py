@@ -1029,12 +1029,19 @@ def test_one_worker_trials_run_directly_unless_asked_for_a_torch_trainer(scaling
     assert sweep.scaling.direct is direct
 
 
-def test_a_storage_uri_output_dir_is_refused_not_made_a_local_folder(tmp_path, monkeypatch):
+@pytest.mark.parametrize("uri", ["s3://bucket/runs", "gs://bucket/a/b", "s3://bucket/runs?endpoint_override=h:9000"])
+def test_a_storage_uri_output_dir_is_kept_as_given(tmp_path, monkeypatch, uri):
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "uri.yaml"
-    path.write_text("output_dir: s3://bucket/runs\n")
-    with pytest.raises(
-        ConfigError, match=r"uri\.yaml:1: output_dir: storage URIs are not supported yet; .*'s3://bucket/runs'$"
-    ):
+    path.write_text(f"output_dir: {uri}\n")
+    assert load_sweep(str(path)).output_dir == uri
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["uri.yaml"]  # nothing made: no local "s3:" folder
+
+
+@pytest.mark.parametrize("uri", ["s3://", "s3:///runs", "://bucket/runs"])
+def test_an_output_dir_uri_without_bucket_and_folder_is_refused_in_one_line(tmp_path, monkeypatch, uri):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "uri.yaml"
+    path.write_text(f"output_dir: {uri}\n")
+    with pytest.raises(ConfigError, match=rf"uri\.yaml:1: output_dir: not a storage URI .*'{re.escape(uri)}'$"):
         load_sweep(str(path))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["uri.yaml"]

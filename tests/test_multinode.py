@@ -16,19 +16,29 @@ from integration_helpers import (
     assert_no_leaks_on,
     kill_ray_under,
     mlflow_children,
+    s3_server,
     small_sweep,
     start_sweep,
     tuner_cli,
     venv_env,
 )
 
+from tuner import remote
 from tuner.store import SweepPaths, trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def s3():
+    """Object storage every node reaches: started before the nodes, which inherit its
+    credentials from this process's environment (as nodes get them from an instance role)."""
+    with s3_server() as uri:
+        yield uri
+
+
+@pytest.fixture(scope="module")
+def cluster(s3):
     """A head with no CPUs (so trials land on nodes that can be lost) and two 1-CPU nodes.
     Dead nodes are noticed within seconds, as in Ray's own node-loss tests."""
     from ray._private.authentication.authentication_token_setup import (
@@ -117,6 +127,36 @@ def test_trials_run_on_both_nodes_and_a_ddp_trial_spans_them(cluster, tmp_path):
     assert sorted(epochs[0]) == sorted(workers), f"the 2-worker trial's ranks ran on {epochs[0]}"
     assert json.loads((tmp_path / "runs" / "spanning" / "best" / "metrics.json").read_text())["test_accuracy"] > 0.3
 
+    assert_no_leaks_on(cluster.address)
+
+
+def test_a_ddp_trial_spanning_nodes_keeps_everything_at_an_s3_uri(cluster, s3, tmp_path):
+    """output_dir: s3://...: the nodes see it (tuner checks from each), Train's and Tune's
+    checkpoints go there from the node that holds them, and tuner's records follow."""
+    _ensure_two_workers(cluster)
+    workers = set(_workers(cluster))
+    spec = small_sweep(
+        tmp_path,
+        name="s3ddp",
+        train={"epochs": 1},
+        trials={"num_samples": 1},
+        scaling={"workers": 2, "cpus_per_worker": 1},
+        tracking={"mlflow": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}},
+    )
+    spec["output_dir"] = s3("cluster")
+    path = tmp_path / "s3ddp.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    done = tuner_cli("sweep", str(path), "--address", cluster.address, env=venv_env(TUNER_CACHE_DIR=str(tmp_path)))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    folder = s3("cluster/s3ddp")
+    files = remote.list_files(folder)
+    assert any(f.startswith("train/") for f in files), files  # Ray Train's run of the trial
+    assert any(f.startswith("tune/") and "/checkpoint_" in f for f in files), files
+    assert {"sweep.yaml", "timeline.jsonl", "mlflow.json", "best/metrics.json", "best/model.pt"} <= set(files)
+    assert not any(".tuner-visible-" in f for f in files) and "lock" not in files
+    [history] = [f for f in files if f.startswith("history/")]
+    [row] = [json.loads(line) for line in remote.read_bytes(remote.join(folder, history)).decode().splitlines()]
+    assert sorted(row["nodes"].split(",")) == sorted(workers), f"the 2-worker trial's ranks ran on {row['nodes']}"
     assert_no_leaks_on(cluster.address)
 
 

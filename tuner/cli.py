@@ -124,7 +124,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     sweep = _load(args)
     outcome = run_sweep(sweep, address=args.address, verbose=args.verbose)
-    _print_outcome(sweep, outcome.best, outcome.paths.best)
+    _print_outcome(sweep, outcome.best, outcome.paths)
     return 0
 
 
@@ -172,7 +172,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from tuner.sweep import run_sweep
 
     sweep, paths = open_sweep(args.folder)
-    _print_outcome(sweep, run_sweep(sweep, address=args.address, verbose=args.verbose, paths=paths).best, paths.best)
+    _print_outcome(sweep, run_sweep(sweep, address=args.address, verbose=args.verbose, paths=paths).best, paths)
     return 0
 
 
@@ -219,7 +219,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
         metrics = read_json(exported, what="export's metrics.json")
         if metrics.get("trial_id") == best.trial_id and "test_accuracy" in metrics:
-            print(f"test_accuracy: {metrics['test_accuracy']:.4f} (exported in {paths.best})")
+            print(f"test_accuracy: {metrics['test_accuracy']:.4f} (exported in {_best_where(paths)})")
     return 0
 
 
@@ -231,6 +231,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tuner.store import SweepLock
 
     sweep, paths = open_sweep(args.folder)
+    if paths.remote and not args.to:
+        raise TunerError(
+            f"{paths.remote}: the sweep exported its best/ there itself; to export again from storage, "
+            "give a local folder with --to DIR"
+        )
     to = Path(args.to).expanduser().resolve() if args.to else paths.best
     export.check_destination(to, overwrite=args.overwrite)  # before anything is read or computed
     inside = to == paths.root or paths.root in to.parents
@@ -262,14 +267,28 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from tuner.remote import is_uri
     from tuner.ui import serve
 
+    if is_uri(args.output):
+        raise TunerError(
+            f"{args.output}: ui serves a local output folder; for a sweep at a storage URI open your MLflow "
+            "server's own UI, and point TensorBoard at the sweep's tune/ folder there"
+        )
     return serve(
         Path(args.output), host=args.host, tensorboard_port=args.tensorboard_port, mlflow_port=args.mlflow_port
     )
 
 
-def _print_outcome(sweep: Any, metrics: dict[str, Any], best: Any) -> None:
+def _best_where(paths: Any) -> str:
+    """Where a sweep's best/ is, as users reach it: at its URI, else on disk."""
+    from tuner.remote import join
+
+    return join(paths.remote, "best") if paths.remote else str(paths.best)
+
+
+def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any) -> None:
+    best = paths.best
     print(
         f"\nbest trial {metrics['trial_id']} at epoch {metrics['epoch']}: "
         f"{sweep.metric}={metrics[sweep.metric]:.4f}, test_accuracy={metrics['test_accuracy']:.4f} "
@@ -277,7 +296,7 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], best: Any) -> None:
     )
     hyper = yaml.safe_load((best / "config.yaml").read_text())["hyperparameters"]
     print("  hyperparameters: " + ", ".join(f"{k}={_short(v)}" for k, v in hyper.items()))
-    print(f"  exported to {best}")
+    print(f"  exported to {_best_where(paths)}")
     if metrics.get("model_version"):
         from tuner.tracking import registered_model_name, tracking_uri
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -52,6 +53,14 @@ class Strict(BaseModel):
                         valid=", ".join(valid),
                     )
         return data
+
+
+def _storage_uri(value: str) -> bool:
+    """scheme://bucket[/folder]; file:///abs/path has no bucket."""
+    parts = urllib.parse.urlsplit(value)
+    if not re.fullmatch(r"[a-z][a-z0-9+.-]*", parts.scheme):
+        return False
+    return bool(parts.netloc) or (parts.scheme == "file" and parts.path.strip("/") != "")
 
 
 # --- data -----------------------------------------------------------------------------
@@ -254,11 +263,11 @@ class SweepConfig(Strict):
     @field_validator("output_dir")
     @classmethod
     def _a_path(cls, value: str) -> str:
-        if "://" in value:  # Path("s3://b/runs") would quietly be a local folder named "s3:"
+        # A storage URI (s3://bucket/runs, gs://..., file:///...): tuner/remote.py.
+        if "://" in value and not _storage_uri(value):
             raise _custom(
                 "uri_output_dir",
-                "storage URIs are not supported yet; use a path (on a cluster, one on a shared mount "
-                "that every node reaches: docs/cluster.md)",
+                "not a storage URI tuner can use; give scheme://bucket/folder, e.g. s3://my-bucket/runs",
                 value=value,
             )
         return value

@@ -118,13 +118,13 @@ def best_trial_checkpoint(results: Any, paths: Any, metric: str, mode: str) -> t
     histories = {k: v for k, v in trial_histories(paths).items() if k in in_experiment}
     best_row = best_epoch(histories, metric, mode)
     if best_row is None:
-        raise TunerError(f"{paths.root}: no trial reported {metric!r} yet; nothing to export")
+        raise TunerError(f"{paths.where}: no trial reported {metric!r} yet; nothing to export")
     best = next((r for r in results if r.metrics and r.metrics.get("trial_id") == best_row.trial_id), None)
     if best is None:
-        raise TunerError(f"{paths.root}: trial {best_row.trial_id} is not in the Tune experiment; nothing to export")
+        raise TunerError(f"{paths.where}: trial {best_row.trial_id} is not in the Tune experiment; nothing to export")
     scored = [(c, m) for c, m in best.best_checkpoints if metric in m]
     if not scored:
-        raise TunerError(f"{paths.root}: trial {best_row.trial_id} kept no checkpoint; nothing to export")
+        raise TunerError(f"{paths.where}: trial {best_row.trial_id} kept no checkpoint; nothing to export")
     at_epoch = [(c, m) for c, m in scored if m.get("training_iteration") == best_row.epoch]
     pick = max if mode == "max" else min
     checkpoint, metrics = pick(at_epoch or scored, key=lambda pair: pair[1][metric])
@@ -184,7 +184,8 @@ def export_best(
         },
         "metric": {"name": sweep.metric, "mode": sweep.mode},
     }
-    state = _load_checkpoint(checkpoint.path)
+    with checkpoint.as_directory() as folder:  # a checkpoint at a storage URI is fetched first
+        state = _load_checkpoint(folder)
     model = build_model(
         sweep.model.name,
         in_channels=info.channels,
@@ -205,7 +206,7 @@ def export_best(
         "test_accuracy": test_accuracy,
         "test_loss": test_loss,
         "test_images": int(len(test.labels)),
-        "checkpoint": str(checkpoint.path),
+        "checkpoint": _where(checkpoint),
     }
     config["format"] = format
     write_package(to, model, config, metrics, format=format, example=test.images[:2], overwrite=overwrite)
@@ -228,6 +229,15 @@ def evaluate(exported: ExportedModel, images: np.ndarray, labels: np.ndarray) ->
         total_loss += torch.nn.functional.cross_entropy(logits, y, reduction="sum").item()
         correct += (logits.argmax(1) == y).sum().item()
     return total_loss / len(labels), correct / len(labels)
+
+
+def _where(checkpoint: Any) -> str:
+    """The checkpoint's path, as a URI where it is not on a local disk."""
+    import pyarrow.fs
+
+    if isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem):
+        return str(checkpoint.path)
+    return f"{checkpoint.filesystem.type_name}://{checkpoint.path}"
 
 
 def _load_checkpoint(folder: str) -> dict[str, Any]:

@@ -92,7 +92,7 @@ def check_cluster_paths(sweep: SweepConfig, file: str) -> None:
 
 
 def _is_absolute(path: str) -> bool:
-    return Path(path).is_absolute()
+    return "://" in path or Path(path).is_absolute()  # a storage URI is the same from every node
 
 
 def submit(
@@ -100,14 +100,14 @@ def submit(
 ) -> Submission:
     """Validate here, then submit ``sweep`` (a file) or ``resume`` (a sweep folder) as a job."""
     folder = Path(target)
-    if folder.is_dir() and (folder / "sweep.yaml").is_file():
+    if "://" in target or (folder.is_dir() and (folder / "sweep.yaml").is_file()):
         if overrides or smoke:
             raise TunerError(f"{target}: a sweep folder is resumed as it was configured; drop --set and --smoke")
         from tuner.results import open_sweep
 
-        sweep, paths = open_sweep(target)
+        sweep, paths = open_sweep(target)  # a storage URI: read through a working copy
         check_cluster_paths(sweep, str(paths.config))
-        command, staged_file = ["resume", str(paths.root.resolve())], None
+        command, staged_file = ["resume", paths.remote or str(paths.root.resolve())], None
     else:
         path = resolve_sweep_path(target)
         sweep = load_sweep(target, overrides, smoke=smoke)  # ConfigError: one line, nothing submitted

@@ -6,12 +6,13 @@ the sweep's metric and mode over every epoch every trial reported.
 
 from __future__ import annotations
 
+import atexit
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner import store
+from tuner import remote, store
 from tuner.config import SweepConfig, load_sweep
 from tuner.errors import TunerError
 from tuner.store import SweepPaths
@@ -30,7 +31,12 @@ class TrialSummary:
 
 
 def open_sweep(folder: str | Path) -> tuple[SweepConfig, SweepPaths]:
-    """The config that ran (``sweep.yaml``) and the paths, wherever the folder now is."""
+    """The config that ran (``sweep.yaml``) and the paths, wherever the folder now is.
+
+    A folder at a storage URI is read through a working copy of tuner's records
+    (tuner/remote.py), removed when the command ends."""
+    if remote.is_uri(folder):
+        return _open_remote(str(folder))
     root = Path(folder).expanduser().resolve()
     config_file = root / "sweep.yaml"
     if not config_file.is_file():
@@ -40,14 +46,28 @@ def open_sweep(folder: str | Path) -> tuple[SweepConfig, SweepPaths]:
     return sweep, SweepPaths(root)
 
 
+def _open_remote(uri: str) -> tuple[SweepConfig, SweepPaths]:
+    if not remote.exists(remote.join(uri, "sweep.yaml")):
+        raise TunerError(f"{uri} is not a sweep folder (no sweep.yaml); give <output_dir>/<sweep name>")
+    root = remote.working_copy(remote.name(uri))
+    atexit.register(remote.discard, root)
+    remote.pull(uri, root)
+    sweep = load_sweep(str(root / "sweep.yaml"), [f"output_dir={remote.parent(uri)}"])
+    return sweep, SweepPaths(root, remote=uri)
+
+
 def analysis(sweep: SweepConfig, paths: SweepPaths) -> Any:
     from ray.tune import ExperimentAnalysis
 
-    states = sorted(paths.tune.glob("experiment_state*.json"))
+    if paths.remote:
+        names = [f for f in remote.list_files(paths.tune_uri) if re.fullmatch(r"experiment_state.*\.json", f)]
+        states = [remote.join(paths.tune_uri, f) for f in sorted(names)]
+    else:
+        states = [str(p) for p in sorted(paths.tune.glob("experiment_state*.json"))]
     if not states:
-        raise TunerError(f"{paths.root}: no Tune experiment state in {paths.tune}; did the sweep start?")
+        raise TunerError(f"{paths.where}: no Tune experiment state in {paths.tune_uri}; did the sweep start?")
     try:
-        return ExperimentAnalysis(str(paths.tune), default_metric=sweep.metric, default_mode=sweep.mode)
+        return ExperimentAnalysis(paths.tune_uri, default_metric=sweep.metric, default_mode=sweep.mode)
     except Exception as error:  # Tune's loader raises whatever its parser met
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise TunerError(
@@ -87,8 +107,10 @@ def trial_summaries(sweep: SweepConfig, paths: SweepPaths) -> list[TrialSummary]
 def _error_reason(trial: Any) -> str:
     """The last exception line of Tune's error.txt for the trial (e.g. a lost node)."""
     # trial.error_file would ask Ray for its session folder: read the trial's storage.
+    name = trial.run_metadata.error_filename or "error.txt"
     try:
-        text = (Path(trial.path) / (trial.run_metadata.error_filename or "error.txt")).read_text()
+        with trial.storage.storage_filesystem.open_input_stream(f"{trial.path}/{name}") as stream:
+            text = stream.read().decode(errors="replace")
     except OSError:
         text = ""
     if not text:
@@ -113,7 +135,7 @@ def best_trial(sweep: SweepConfig, paths: SweepPaths, summaries: list[TrialSumma
     best = store.best_epoch(histories, sweep.metric, sweep.mode)
     chosen = next((s for s in summaries if best is not None and s.trial_id == best.trial_id), None)
     if chosen is None:
-        raise TunerError(f"{paths.root}: no trial of sweep {sweep.name!r} has reported {sweep.metric} yet")
+        raise TunerError(f"{paths.where}: no trial of sweep {sweep.name!r} has reported {sweep.metric} yet")
     return chosen
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.remote import join
 
 CONFIG_FILE = "sweep.yaml"
 LOCK_FILE = "lock"
@@ -67,9 +68,35 @@ os.umask(_UMASK)
 
 @dataclass(frozen=True)
 class SweepPaths:
-    """Where each record of one sweep lives."""
+    """Where each record of one sweep lives.
+
+    ``remote``: for a sweep at a storage URI (``tuner.remote``), the folder's URI; ``root``
+    is then this command's local working copy of tuner's records, and Tune's and Train's
+    folders are at the URI only.
+    """
 
     root: Path
+    remote: str | None = None
+
+    @property
+    def where(self) -> str:
+        """The sweep folder as users name it: its URI, else its path."""
+        return self.remote or str(self.root)
+
+    @property
+    def tune_storage(self) -> str:
+        """Tune's ``storage_path`` (Tune's own folder is ``<it>/tune``)."""
+        return self.remote or str(self.root)
+
+    @property
+    def tune_uri(self) -> str:
+        """Tune's experiment folder, for restore and analysis."""
+        return join(self.remote, "tune") if self.remote else str(self.tune)
+
+    @property
+    def train_storage(self) -> str:
+        """Ray Train's ``storage_path`` for the TorchTrainer trials."""
+        return join(self.remote, "train") if self.remote else str(self.train)
 
     @property
     def config(self) -> Path:

@@ -6,10 +6,13 @@ Everything a sweep writes lives in its own folder, ``<output_dir>/<name>/`` (or
     sweep.yaml   the resolved config        tune/   Tune state, one folder per trial
     history/     every epoch, per trial      best/   the exported best model
     train/       Ray Train runs' storage     lock    held by the process writing it
+
+``output_dir`` may also be a storage URI (``s3://...``): see tuner/remote.py.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
 import os
@@ -21,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from tuner import store
+from tuner import remote, store
 from tuner.config import SweepConfig
 from tuner.errors import TunerError
 from tuner.store import SweepLock, SweepPaths, claim_new, release_unused, write_atomic
@@ -111,12 +114,26 @@ def check_shared_storage(paths: SweepPaths) -> None:
     nodes = [node for node in ray.nodes() if node["Alive"]]
     if len(nodes) < 2:
         return
-    marker = paths.root / f".tuner-visible-{os.getpid()}-{os.urandom(3).hex()}"
-    write_atomic(marker, "written by the sweep's driver to check that every node sees this folder\n")
+    note = b"written by the sweep's driver to check that every node sees this folder\n"
+    marker_name = f".tuner-visible-{os.getpid()}-{os.urandom(3).hex()}"
+    if paths.remote:  # every node needs the storage's package and credentials
+        marker = remote.join(paths.remote, marker_name)
+        remote.write_bytes(marker, note)
+    else:
+        marker = str(paths.root / marker_name)
+        write_atomic(Path(marker), note)
 
     @ray.remote(num_cpus=0)
     def sees(path: str) -> bool:
-        return os.path.exists(path)
+        if "://" not in path:
+            return os.path.exists(path)
+        try:
+            import pyarrow.fs
+
+            fs, inner = pyarrow.fs.FileSystem.from_uri(path)
+            return fs.get_file_info(inner).type != pyarrow.fs.FileType.NotFound
+        except Exception:  # no package, no credentials, no route: this node cannot see it
+            return False
 
     try:
         seen = ray.get(
@@ -129,12 +146,16 @@ def check_shared_storage(paths: SweepPaths) -> None:
             timeout=120,
         )
     finally:
-        marker.unlink(missing_ok=True)
+        if paths.remote:
+            remote.delete(marker)
+        else:
+            Path(marker).unlink(missing_ok=True)
     blind = [node for node, ok in zip(nodes, seen, strict=True) if not ok]
     if blind:
         names = ", ".join(f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})" for node in blind)
+        where = remote.parent(paths.remote) if paths.remote else paths.root.parent
         raise TunerError(
-            f"output_dir: {paths.root.parent} is not visible from {len(blind)} of the cluster's {len(nodes)} "
+            f"output_dir: {where} is not visible from {len(blind)} of the cluster's {len(nodes)} "
             f"nodes ({names}); on a cluster of several machines put output_dir on storage every node reaches "
             "(a shared mount such as NFS) - see docs/cluster.md"
         )
@@ -153,7 +174,7 @@ def describe(sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: Sw
             f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x "
             f"{sweep.scaling.cpus_per_worker:g} CPU on {device}, "
             f"{'in the trial process' if sweep.scaling.direct else 'as a TorchTrainer'}",
-            f"  output: {paths.root}",
+            f"  output: {paths.where}",
         ]
     )
 
@@ -162,8 +183,13 @@ def _earlier_run_note(sweep: SweepConfig, paths: SweepPaths) -> list[str]:
     """A second run of a sweep goes to a new folder; say where the first one is."""
     if paths.root.name == sweep.name:
         return []
-    earlier = paths.root.with_name(sweep.name)
-    if (earlier / "best" / "metrics.json").is_file():
+    if paths.remote:
+        earlier: str | Path = remote.join(remote.parent(paths.remote), sweep.name)
+        finished = remote.exists(remote.join(str(earlier), "best", "metrics.json"))
+    else:
+        earlier = paths.root.with_name(sweep.name)
+        finished = (earlier / "best" / "metrics.json").is_file()
+    if finished:
         return [f"  ({earlier} holds an earlier, finished run of this sweep, kept as it is)"]
     return [f"  ({earlier} holds an earlier run, kept as it is; 'python -m tuner resume {earlier}' continues it)"]
 
@@ -186,7 +212,7 @@ def build_tuner(
         use_gpu=use_gpu,
         cpus_per_worker=sweep.scaling.cpus_per_worker,
         gpus_per_worker=sweep.scaling.gpus_per_worker,
-        train_dir=str(paths.train),
+        train_dir=paths.train_storage,
         seed=sweep.seed,
         direct=sweep.scaling.direct,
         fail_once_at_epoch=int(fail_at) if fail_at else None,
@@ -198,11 +224,12 @@ def build_tuner(
     )
     if restore:
         try:
-            return tune.Tuner.restore(str(paths.tune), trainable=trainable, resume_unfinished=True, resume_errored=True)
+            return tune.Tuner.restore(paths.tune_uri, trainable=trainable, resume_unfinished=True, resume_errored=True)
         except Exception as error:  # a truncated or foreign tuner.pkl
             reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            where = remote.join(paths.tune_uri, "tuner.pkl")
             raise TunerError(
-                f"{paths.tune / 'tuner.pkl'}: Tune's saved sweep cannot be restored ({type(error).__name__}: {reason})"
+                f"{where}: Tune's saved sweep cannot be restored ({type(error).__name__}: {reason})"
             ) from None
     keep = None if sweep.scheduler.name == "pbt" else sweep.checkpoint.keep  # PBT clones old checkpoints
     return tune.Tuner(
@@ -220,7 +247,7 @@ def build_tuner(
         ),
         run_config=tune.RunConfig(
             name=paths.tune.name,
-            storage_path=str(paths.root),
+            storage_path=paths.tune_storage,
             checkpoint_config=tune.CheckpointConfig(
                 num_to_keep=keep, checkpoint_score_attribute=sweep.metric, checkpoint_score_order=sweep.mode
             ),
@@ -241,7 +268,7 @@ def save_resolved_config(sweep: SweepConfig, paths: SweepPaths) -> None:
 class SweepInterrupted(Exception):
     """Ctrl-C: Tune stopped the trials and saved its state; ``tuner resume`` continues."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path | str):
         super().__init__(f"interrupted; the sweep's state is saved in {folder}")
         self.folder = folder
 
@@ -280,6 +307,8 @@ def _stop_cleanly_on_ctrl_c():
 def can_resume(paths: SweepPaths) -> bool:
     from ray import tune
 
+    if paths.remote:
+        return remote.exists(paths.tune_uri) and tune.Tuner.can_restore(paths.tune_uri)
     return paths.tune.is_dir() and tune.Tuner.can_restore(str(paths.tune))
 
 
@@ -301,10 +330,15 @@ def run_sweep(
     """
     resume = paths is not None
     if paths is None:
+        if sweep.tracking.mlflow.enabled:
+            from tuner.tracking import tracking_uri
+
+            tracking_uri(sweep)  # an output_dir URI needs an MLflow store of its own: refused here
         data = _load_data(sweep)  # a missing data set is refused before a folder is made
-        paths = claim_new(sweep.output_dir, sweep.name)
+        paths = _claim(sweep)
+    mirror = None
     try:
-        with SweepLock(paths):
+        with SweepLock(paths), remote.mirrored(paths.root, paths.remote) as mirror:
             if resume:
                 _check_resumable(sweep, paths)  # before any work: a folder in use or corrupt is refused
                 data = _load_data(sweep)
@@ -314,7 +348,21 @@ def run_sweep(
     except BaseException:
         if not resume:
             release_unused(paths)  # only if nothing but its config was written
+            if paths.remote:
+                remote.release_unused(paths.remote)
         raise
+    finally:
+        if paths.remote and (mirror is None or mirror.pushed_all):
+            # The URI holds everything; the caller still reads best/ here. (Else keep it:
+            # the error names it.)
+            atexit.register(remote.discard, paths.root)
+
+
+def _claim(sweep: SweepConfig) -> SweepPaths:
+    if remote.is_uri(sweep.output_dir):
+        uri = remote.claim_new(sweep.output_dir, sweep.name)
+        return SweepPaths(remote.working_copy(remote.name(uri)), remote=uri)
+    return claim_new(sweep.output_dir, sweep.name)
 
 
 def _load_data(sweep: SweepConfig) -> Any:
@@ -340,7 +388,7 @@ def _check_resumable(sweep: SweepConfig, paths: SweepPaths) -> None:
     for state in store.recover_state(paths):
         print(f"{state}: was cut short (a full disk?); put back tuner's last whole copy of it", flush=True)
     if not can_resume(paths):
-        raise TunerError(f"{paths.root}: no Tune experiment state to resume in {paths.tune}")
+        raise TunerError(f"{paths.where}: no Tune experiment state to resume in {paths.tune_uri}")
     analysis(sweep, paths)
 
 
@@ -361,7 +409,7 @@ def _fit_and_export(
             raise
         raise store.StorageError(
             f"{failure}; the sweep stopped: free space (or make the folder writable), then continue it with: "
-            f"python -m tuner resume {paths.root}"
+            f"python -m tuner resume {paths.where}"
         ) from None
     finally:
         if started_ray:
@@ -391,7 +439,7 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool) -> S
     if interrupted.is_set():
         if sweep.tracking.mlflow.enabled:
             tracking.SweepRecord(sweep, paths).fail()
-        raise SweepInterrupted(paths.root)
+        raise SweepInterrupted(paths.where)
     exported = export.export_best(sweep, paths, results, to=paths.best, overwrite=True)
     if sweep.tracking.mlflow.enabled:
         record = tracking.SweepRecord(sweep, paths)

@@ -23,6 +23,7 @@ from typing import Any
 
 from tuner import store
 from tuner.config import SweepConfig
+from tuner.errors import TunerError
 from tuner.store import TRIAL_METRICS, SweepPaths
 
 LOCKED_SECONDS = 300.0  # how long a call keeps retrying a locked store
@@ -33,6 +34,13 @@ def tracking_uri(sweep: SweepConfig) -> str:
     configured = sweep.tracking.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if configured:
         return configured
+    if "://" in sweep.output_dir:
+        raise TunerError(
+            f"tracking.mlflow.tracking_uri: output_dir {sweep.output_dir!r} is a storage URI, where MLflow's "
+            "default sqlite file cannot live; set tracking.mlflow.tracking_uri (an MLflow server, "
+            "e.g. http://mlflow:5000, or sqlite:////abs/path/mlflow.db) or $MLFLOW_TRACKING_URI, "
+            "or tracking.mlflow.enabled=false"
+        )
     return f"sqlite:///{Path(sweep.output_dir).expanduser().resolve() / 'mlflow.db'}"
 
 
@@ -83,7 +91,7 @@ class SweepRecord:
         run = self.client.create_run(
             self.experiment_id,
             run_name=self.paths.root.name,  # the folder: a second run of a sweep is <name>-2
-            tags={"tuner.kind": "sweep", "tuner.sweep": sweep.name, "tuner.output": str(self.paths.root)},
+            tags={"tuner.kind": "sweep", "tuner.sweep": sweep.name, "tuner.output": self.paths.where},
         )
         run_id = run.info.run_id
         params = {
