@@ -124,8 +124,16 @@ class _RelayToTune:
         self.queue = queue
 
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-        # The checkpoint itself (path and filesystem): at a storage URI its path alone is no URI.
-        self.queue.put((dict(metrics[0]), checkpoint))
+        # At a storage URI a checkpoint's path has no scheme: the filesystem goes along.
+        # (Locally the path alone: handing Tune Train's own Checkpoint object kept Train
+        # from pruning a TorchTrainer run's old checkpoints in the HyperBand test.)
+        import pyarrow.fs
+
+        if checkpoint is None:
+            self.queue.put((dict(metrics[0]), None, None))
+            return
+        local = isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem)
+        self.queue.put((dict(metrics[0]), checkpoint.path, None if local else checkpoint.filesystem))
 
 
 def _relay_callback(queue: Any) -> Any:
@@ -208,10 +216,8 @@ def _fit_torch_trainer(loop: dict[str, Any], setup: TrialSetup, trial_id: str) -
     thread = threading.Thread(target=fit, name=f"fit-{trial_id}", daemon=True)
     thread.start()
     while (item := queue.get()) != _FIT_DONE:
-        metrics, train_checkpoint = item
-        checkpoint = None
-        if train_checkpoint is not None:
-            checkpoint = tune.Checkpoint(train_checkpoint.path, filesystem=train_checkpoint.filesystem)
+        metrics, path, filesystem = item
+        checkpoint = tune.Checkpoint(path, filesystem=filesystem) if path else None
         tune.report(metrics, checkpoint=checkpoint)
     thread.join()
     if "error" in outcome:
