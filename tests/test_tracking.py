@@ -203,3 +203,29 @@ def _wait_for(url: str, timeout_s: float = 120) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def test_a_run_created_just_before_a_crash_is_adopted_not_made_twice(tmp_path):
+    """SIGKILL between MLflow's create_run and mlflow.json's save: the restarted driver
+    finds the trial's run by its tags and keeps logging into it."""
+    from mlflow.tracking import MlflowClient
+
+    from tuner.store import SweepPaths
+    from tuner.tracking import SweepRecord
+
+    sweep = SweepConfig.model_validate({"name": "crash", "output_dir": str(tmp_path / "runs")})
+    paths = SweepPaths(tmp_path / "runs" / "crash")
+    (paths.root / "tune").mkdir(parents=True)
+    record = SweepRecord(sweep, paths)
+    before = (paths.root / "mlflow.json").read_text()
+    record.log_result("t_00000", {"lr": 0.001}, {"training_iteration": 1, "val_accuracy": 0.5})
+    (paths.root / "mlflow.json").write_text(before)  # what the killed driver had saved
+
+    again = SweepRecord(sweep, paths)
+    again.log_result("t_00000", {"lr": 0.001}, {"training_iteration": 1, "val_accuracy": 0.5})  # re-run epoch
+    again.log_result("t_00000", {"lr": 0.001}, {"training_iteration": 2, "val_accuracy": 0.6})
+    client = MlflowClient(again.uri)
+    runs = client.search_runs([again.experiment_id], "tags.tuner.trial_id = 't_00000'")
+    assert len(runs) == 1
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "val_accuracy")]
+    assert sorted(steps) == [1, 2]

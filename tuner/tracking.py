@@ -127,6 +127,9 @@ class SweepRecord:
         """The trial's child run, created once (a restarted trial keeps its run)."""
         if trial_id in self.trials:
             return self.trials[trial_id]
+        adopted = self._run_saved_too_late(trial_id)
+        if adopted is not None:
+            return adopted
         run = self.client.create_run(
             self.experiment_id,
             run_name=trial_id,
@@ -142,6 +145,23 @@ class SweepRecord:
         self.trials[trial_id] = run.info.run_id
         self.save()
         return run.info.run_id
+
+    def _run_saved_too_late(self, trial_id: str) -> str | None:
+        """A run this sweep created for the trial just before the driver was killed, before
+        mlflow.json said so: adopt it (and the epochs it logged) rather than make a second."""
+        found = self.client.search_runs(
+            [self.experiment_id],
+            f"tags.tuner.trial_id = '{trial_id}' and tags.mlflow.parentRunId = '{self.parent_run_id}'",
+            max_results=1,
+        )
+        if not found:
+            return None
+        run_id = found[0].info.run_id
+        steps = [m.step for m in self.client.get_metric_history(run_id, "val_accuracy")]
+        self.trials[trial_id] = run_id
+        self.last_step[trial_id] = max([self.last_step.get(trial_id, 0), *steps])
+        self.save()
+        return run_id
 
     def log_result(self, trial_id: str, config: dict[str, Any], result: dict[str, Any]) -> None:
         from mlflow.entities import Metric
