@@ -22,8 +22,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
-import sys
 import tempfile
 import threading
 import time
@@ -169,15 +167,6 @@ def release_unused(uri: str) -> None:
 
 
 # --- the lock and the mirror ------------------------------------------------------------------
-def _holder_note() -> dict[str, Any]:
-    return {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "command": " ".join(["python -m tuner", *sys.argv[1:]]) if sys.argv else "tuner",
-        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
-
-
 def check_unlocked(uri: str) -> None:
     """Refuse a folder whose lock another driver refreshed less than STALE_AFTER_S ago."""
     try:
@@ -201,7 +190,9 @@ class Mirror:
     def __init__(self, root: Path, uri: str):
         self.root, self.uri = root, uri
         self._sent: dict[str, tuple[int, int]] = {}
-        self._note = _holder_note()
+        from tuner.store import holder_note  # store imports this module: import here
+
+        self._note = holder_note()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="tuner-mirror", daemon=True)

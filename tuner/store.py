@@ -318,12 +318,7 @@ class SweepLock:
             os.close(fd)
             holder = _holder(path)
             raise TunerError(f"{self.paths.root} is in use by {holder}; wait for it to end, or stop it") from None
-        holder = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "command": " ".join(["python -m tuner", *sys.argv[1:]]) if sys.argv else "tuner",
-            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-        }
+        holder = holder_note()
         with contextlib.suppress(OSError):  # the lock holds even if the note cannot be written
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(holder).encode() + b"\n", 0)
@@ -335,6 +330,16 @@ class SweepLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def holder_note() -> dict[str, Any]:
+    """Who holds a sweep folder's lock, for the message the next process prints."""
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": " ".join(["python -m tuner", *sys.argv[1:]]) if sys.argv else "tuner",
+        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
 
 
 def _holder(path: Path) -> str:
