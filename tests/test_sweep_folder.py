@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -111,6 +112,16 @@ def test_the_same_sweep_twice_gets_a_folder_of_its_own_and_mixes_nothing(finishe
     assert f"output: {second}" in again.stdout
     assert f"({first} holds an earlier, finished run of this sweep, kept as it is)" in again.stdout
     assert f"exported to {second / 'best'}" in again.stdout
+    # Off a terminal: tuner's own line per event, not Ray's tables, boxes and hints.
+    for trial_id in trial_histories(SweepPaths(second)):
+        assert re.search(rf"^\[ *\d+s\] trial {trial_id} started: ", again.stdout, re.M), again.stdout
+        assert re.search(rf"^\[ *\d+s\] trial {trial_id} epoch 1/2: val_accuracy=0\.\d{{4}}$", again.stdout, re.M)
+        assert re.search(rf"trial {trial_id} (finished: 2 epochs|stopped early after epoch 1)", again.stdout)
+    assert re.search(r"^\[ *\d+s\] best so far: ", again.stdout, re.M)
+    assert re.search(r"^\[ *\d+s\] it: 2/2 trials done \| ", again.stdout, re.M)
+    assert f"look further: python -m tuner status {second}" in again.stdout
+    for noise in ("Trial status:", "\u256d", "tensorboard --logdir", "Token authentication is enabled"):
+        assert noise not in again.stdout + again.stderr, noise
     after = {p.relative_to(first): p.stat().st_mtime_ns for p in first.rglob("*") if p.is_file()}
     assert after == before, "the second run touched the first run's folder"
 

@@ -13,6 +13,7 @@ import pytest
 from integration_helpers import data_root, small_sweep
 
 from tuner.config import SweepConfig
+from tuner.data import load_test_split
 from tuner.store import trial_histories
 from tuner.sweep import run_sweep
 
@@ -87,31 +88,110 @@ def test_trial_runs_hold_params_per_epoch_metrics_and_status(finished, client):
     assert statuses == {"finished", "stopped_early"}
 
 
-def test_the_best_model_is_registered_and_loads_with_mlflow(finished, client):
-    import mlflow.pytorch
-    import torch
+def _served(sweep, client):
+    """The registered model as anyone loads it: ``models:/it_cnn/<version>`` with pyfunc."""
+    import mlflow.pyfunc
 
-    from tuner.data import load_test_split, normalise
+    from tuner.tracking import _fluent_uri, tracking_uri
 
+    [version] = client.search_model_versions("name='it_cnn'")
+    # As a user would point MLflow at the store; restored after (it leaks into the
+    # environment, and so into later tests' subprocesses, otherwise).
+    with _fluent_uri(tracking_uri(sweep)):
+        return version, mlflow.pyfunc.load_model(f"models:/it_cnn/{version.version}")
+
+
+def test_the_registered_model_takes_uint8_images_and_reproduces_the_exports_test_accuracy(finished, client):
     sweep, outcome = finished
-    versions = client.search_model_versions("name='it_cnn'")
-    assert len(versions) == 1
-    version = versions[0]
+    version, model = _served(sweep, client)
     assert version.tags["trial_id"] == outcome.best["trial_id"]
     assert version.tags["sweep"] == sweep.name
     assert str(outcome.best["model_version"]) == str(version.version)
 
-    from tuner.tracking import _fluent_uri, tracking_uri
+    # The signature says what it takes and gives: raw uint8 pixels, classes and probabilities.
+    inputs = model.metadata.get_input_schema().inputs
+    assert [(str(t.type), t.shape) for t in inputs] == [("uint8", (-1, 1, 28, 28))]
+    outputs = model.metadata.get_output_schema().input_names()
+    assert outputs[:3] == ["class", "label", "probability"] and len(outputs) == 3 + 10
 
-    # As a user would point MLflow at the store; restored after (it leaks into the
-    # environment, and so into later tests' subprocesses, otherwise).
-    with _fluent_uri(tracking_uri(sweep)):
-        model = mlflow.pytorch.load_model(f"models:/it_cnn/{version.version}", map_location="cpu")
     test = load_test_split("mnist", str(data_root()), download=False)
-    x = normalise(torch.from_numpy(np.array(test.images[:1000])), (0.1307,), (0.3081,))
-    with torch.no_grad():
-        predicted = model(x).argmax(1).numpy()
-    assert (predicted == test.labels[:1000]).mean() > 0.5
+    images = np.asarray(test.images)  # uint8 [N, 1, 28, 28], 0-255, as they come
+    assert images.dtype == np.uint8 and images.ndim == 4
+    predicted = model.predict(images)
+    accuracy = float((predicted["class"].to_numpy() == test.labels).mean())
+    assert accuracy == pytest.approx(outcome.best["test_accuracy"], abs=1e-4)
+    assert (predicted["label"] == predicted["class"].astype(str)).all()  # MNIST's class names
+    probabilities = predicted[[f"p_{k}" for k in range(10)]].to_numpy()
+    assert np.allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+    assert np.allclose(probabilities.max(axis=1), predicted["probability"].to_numpy())
+
+    # [N, H, W] works when called directly; anything but uint8 is refused, never misread.
+    direct = model.unwrap_python_model().predict(None, images[:100, 0])
+    assert (direct["class"].to_numpy() == predicted["class"].to_numpy()[:100]).all()
+    with pytest.raises(Exception, match="uint8"):
+        model.predict(images[:10].astype(np.float32) / 255.0)
+
+
+def test_mlflow_models_serve_and_tuner_predict_agree_with_the_registered_model(finished, client, tmp_path):
+    import csv
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from integration_helpers import free_port, tuner_cli
+
+    from tuner.tracking import tracking_uri
+
+    sweep, outcome = finished
+    version, model = _served(sweep, client)
+    test = load_test_split("mnist", str(data_root()), download=False)
+    images = np.asarray(test.images[:200])
+    expected = model.predict(images)["class"].to_numpy()
+
+    # MLflow's scoring server, started the way its docs say, on 127.0.0.1.
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/it_cnn/{version.version}"]
+        + ["--env-manager", "local", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri(sweep)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                assert server.poll() is None, server.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "the scoring server did not answer"
+                time.sleep(1)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations",
+            data=json.dumps({"inputs": images.tolist()}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            served = json.loads(response.read())["predictions"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    assert [row["class"] for row in served] == expected.tolist()
+    assert served[0]["label"] == str(expected[0]) and 0.0 <= served[0]["probability"] <= 1.0
+
+    # tuner predict, on the exported best/ (no MLflow), names the same classes.
+    np.save(tmp_path / "images.npy", images)
+    out = tmp_path / "predicted.csv"
+    done = tuner_cli("predict", str(outcome.paths.best), "--data", str(tmp_path / "images.npy"), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    with out.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(row["predicted"]) for row in rows] == expected.tolist()
 
 
 def test_tensorboard_has_every_trials_scalars_and_hparams(finished):

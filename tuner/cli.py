@@ -304,6 +304,9 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any) -> None:
             f"  MLflow: {tracking_uri(sweep)}, registered model "
             f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
         )
+    print(f"  look further: python -m tuner status {paths.where}")
+    if not paths.remote:
+        print(f"                python -m tuner ui {paths.root.parent}   (TensorBoard and MLflow in a browser)")
 
 
 def _short(value: Any) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import math
 import os
 import signal
@@ -45,6 +46,8 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     if ray.is_initialized():  # a caller (tests, notebooks) owns the connection
         return False
+    if not verbose:  # Ray's notice that its token auth is on: not news on every run
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     address = address or os.environ.get("RAY_ADDRESS")
     common = {"log_to_driver": verbose, "configure_logging": True, "logging_level": "INFO" if verbose else "WARNING"}
     if address:
@@ -195,12 +198,19 @@ def _earlier_run_note(sweep: SweepConfig, paths: SweepPaths) -> list[str]:
 
 
 def build_tuner(
-    sweep: SweepConfig, paths: SweepPaths, data_ref: Any, use_gpu: bool, slots: int, *, restore: bool = False
+    sweep: SweepConfig,
+    paths: SweepPaths,
+    data_ref: Any,
+    use_gpu: bool,
+    slots: int,
+    *,
+    restore: bool = False,
+    reporter: Any = None,
 ) -> Any:
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
     from ray import tune
 
-    from tuner import schedulers, searchers, spaces, store, tracking
+    from tuner import progress, schedulers, searchers, spaces, store, tracking
     from tuner.trial import TrialSetup, trial_bundles, trial_driver
 
     fail_at = os.environ.get("TUNER_TEST_FAIL_AT_EPOCH")
@@ -255,8 +265,9 @@ def build_tuner(
             callbacks=[
                 store.make_records_callback(paths),
                 *([tracking.make_callback(sweep, paths)] if sweep.tracking.mlflow.enabled else []),
+                *([progress.make_callback()] if reporter is not None else []),
             ],
-            verbose=1,
+            verbose=0 if reporter is not None else 1,  # tuner's own view, or Ray's tables (--verbose)
         ),
     )
 
@@ -402,7 +413,7 @@ def _fit_and_export(
     started_ray = start_ray(address, verbose=verbose)
     try:
         with store.writing_records_to(paths):
-            return _run(sweep, paths, data, resume=resume)
+            return _run(sweep, paths, data, resume=resume, verbose=verbose)
     except Exception as error:
         failure = store.failed_write(error, paths.root)
         if failure is None:
@@ -416,7 +427,18 @@ def _fit_and_export(
             ray.shutdown()
 
 
-def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool) -> SweepOutcome:
+def _reporter(sweep: SweepConfig, paths: SweepPaths) -> Any:
+    """The progress view (tuner/progress.py), seeded with a resumed sweep's best so far."""
+    from tuner.progress import Progress, Reporter
+
+    progress = Progress(sweep.name, sweep.metric, sweep.mode, sweep.total_trials, sweep.max_epochs)
+    best = store.best_epoch(store.trial_histories(paths), sweep.metric, sweep.mode)
+    if best is not None:
+        progress.seed(best)
+    return Reporter(progress)
+
+
+def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool, verbose: bool = False) -> SweepOutcome:
     import ray
 
     from tuner import export, tracking
@@ -429,8 +451,9 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool) -> S
     for line in [] if resume else _earlier_run_note(sweep, paths):
         print(line, flush=True)
     data_ref = ray.put(data)
-    tuner = build_tuner(sweep, paths, data_ref, use_gpu, slots, restore=resume)
-    with _stop_cleanly_on_ctrl_c() as interrupted:
+    reporter = _reporter(sweep, paths)
+    tuner = build_tuner(sweep, paths, data_ref, use_gpu, slots, restore=resume, reporter=None if verbose else reporter)
+    with _stop_cleanly_on_ctrl_c() as interrupted, reporter if not verbose else contextlib.nullcontext():
         results = tuner.fit()
     del data_ref
     for error in results.errors:  # a trial that could not write its checkpoint: a full disk
@@ -443,7 +466,5 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool) -> S
     exported = export.export_best(sweep, paths, results, to=paths.best, overwrite=True)
     if sweep.tracking.mlflow.enabled:
         record = tracking.SweepRecord(sweep, paths)
-        exported.metrics["model_version"] = record.finish(
-            exported.metrics, paths.best, exported.model, exported.example_input()
-        )
+        exported.metrics["model_version"] = record.finish(exported.metrics, paths.best, exported)
     return SweepOutcome(paths, results, exported.metrics)

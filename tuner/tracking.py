@@ -14,12 +14,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import json
 import os
 import random
+import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tuner import store
 from tuner.config import SweepConfig
@@ -181,10 +186,12 @@ class SweepRecord:
         self.client.set_tag(run_id, "tuner.status", status)
         self.client.set_terminated(run_id, status="FAILED" if status == "errored" else "FINISHED")
 
-    def finish(self, best: dict[str, Any], best_dir: Path, model: Any, example: Any) -> str | None:
-        """Log the best metrics and model on the parent run, register it; returns the version."""
+    def finish(self, best: dict[str, Any], best_dir: Path, exported: Any) -> str | None:
+        """Log the best metrics and model on the parent run, register it; returns the version.
+
+        The model is tuner/served_model.py: uint8 images in, classes and probabilities out.
+        """
         import mlflow
-        import mlflow.pytorch
 
         parent = self.parent_run_id
         for key in ("val_accuracy", "val_loss", "test_accuracy", "test_loss"):
@@ -200,11 +207,14 @@ class SweepRecord:
             return self.model["version"]
 
         def log_model() -> Any:
-            with _fluent_uri(self.uri), mlflow.start_run(run_id=parent):
-                return mlflow.pytorch.log_model(
-                    model,
+            with tempfile.TemporaryDirectory() as folder, _fluent_uri(self.uri), mlflow.start_run(run_id=parent):
+                artifacts, signature = served_model_files(exported, Path(folder))
+                return mlflow.pyfunc.log_model(
                     name="model",
-                    input_example=example,
+                    python_model=str(Path(__file__).with_name("served_model.py")),
+                    artifacts=artifacts,
+                    signature=signature,
+                    input_example=np.array(exported.example),
                     # Stated, not inferred: inference imports the model in a subprocess (~8 s).
                     pip_requirements=_model_requirements(),
                 )
@@ -294,7 +304,40 @@ def _creating_store(uri: str) -> Iterator[None]:
 def _model_requirements() -> list[str]:
     from importlib.metadata import version
 
-    return [f"{package}=={version(package)}" for package in ("torch", "numpy", "mlflow")]
+    return [f"{package}=={version(package)}" for package in ("torch", "numpy", "pandas", "mlflow")]
+
+
+def served_model_files(exported: Any, folder: Path) -> tuple[dict[str, str], Any]:
+    """The registered model's artifacts (TorchScript network, settings.json) and signature:
+    uint8 ``[N, C, H, W]`` in; class, label, probability and one column per class out."""
+    import torch
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema, TensorSpec
+
+    from tuner.data import CLASS_NAMES
+
+    data = exported.config["data"]
+    network = folder / "network.ts"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracing notes, torch.jit's deprecation notice
+        traced = torch.jit.trace(exported.model.eval(), torch.from_numpy(exported.example_input()))
+        torch.jit.save(traced, str(network))
+    classes = list(CLASS_NAMES[data["dataset"]])
+    settings = folder / "settings.json"
+    keys = ("mean", "std", "channels", "size")
+    settings.write_text(json.dumps({**{k: data[k] for k in keys}, "classes": classes}, indent=2))
+    signature = ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, data["channels"], data["size"], data["size"]))]),
+        outputs=Schema(
+            [
+                ColSpec("long", "class"),
+                ColSpec("string", "label"),
+                ColSpec("double", "probability"),
+                *[ColSpec("double", f"p_{k}") for k in range(len(classes))],
+            ]
+        ),
+    )
+    return {"network": str(network), "settings": str(settings)}, signature
 
 
 @contextlib.contextmanager

@@ -1,0 +1,89 @@
+"""The progress view: one plain line per event off a terminal, a redrawn view on one.
+Fed with trials shaped as Tune's (trial_id, status, config, last_result)."""
+
+from __future__ import annotations
+
+import io
+import re
+from types import SimpleNamespace
+
+from tuner.progress import _SHOWING, Progress, Reporter, make_callback
+from tuner.store import BestEpoch
+
+
+def _trial(trial_id: str, lr: float, status: str = "RUNNING", epoch: int = 0, value: float | None = None):
+    last = {"training_iteration": epoch, **({"val_accuracy": value} if value is not None else {})}
+    return SimpleNamespace(trial_id=trial_id, status=status, config={"lr": lr}, last_result=last)
+
+
+def _progress(**kwargs) -> Progress:
+    return Progress("mnist_asha", "val_accuracy", "max", total_trials=3, max_epochs=3, **kwargs)
+
+
+def test_off_a_terminal_every_event_is_one_plain_line_through_the_tune_callback():
+    stream = io.StringIO()
+    a, b = _trial("a_00000", 0.002), _trial("b_00001", 0.001)
+    callback = make_callback()
+    with Reporter(_progress(), stream=stream, live=False):
+        callback.on_trial_start(0, [a], a)
+        callback.on_trial_start(0, [a, b], b)
+        a.last_result = {"training_iteration": 1, "val_accuracy": 0.9}
+        callback.on_trial_result(1, [a, b], a, a.last_result)
+        b.last_result = {"training_iteration": 1, "val_accuracy": 0.8}
+        callback.on_trial_result(2, [a, b], b, b.last_result)
+        b.status = "TERMINATED"
+        callback.on_trial_complete(3, [a, b], b)
+        a.last_result = {"training_iteration": 2, "val_accuracy": 0.95}
+        callback.on_trial_result(4, [a, b], a, a.last_result)
+        a.last_result = {"training_iteration": 3, "val_accuracy": 0.94}
+        callback.on_trial_result(6, [a, b], a, a.last_result)
+        a.status = "TERMINATED"
+        callback.on_trial_complete(5, [a, b], a)
+    assert not _SHOWING  # the callback feeds only the reporter being shown
+    lines = [re.sub(r"^\[\s*\d+s\] ", "", line) for line in stream.getvalue().splitlines()]
+    assert lines == [
+        "trial a_00000 started: lr=0.002",
+        "trial b_00001 started: lr=0.001",
+        "trial a_00000 epoch 1/3: val_accuracy=0.9000",
+        "best so far: a_00000 val_accuracy=0.9000 at epoch 1 (lr=0.002)",
+        "trial b_00001 epoch 1/3: val_accuracy=0.8000",
+        "trial b_00001 stopped early after epoch 1 by the scheduler",
+        "trial a_00000 epoch 2/3: val_accuracy=0.9500",
+        "best so far: a_00000 val_accuracy=0.9500 at epoch 2 (lr=0.002)",
+        "trial a_00000 epoch 3/3: val_accuracy=0.9400",
+        "trial a_00000 finished: 3 epochs",
+        lines[-1],
+    ]
+    assert lines[-1].startswith("mnist_asha: 2/3 trials done | 1 finished | 1 stopped early | ")
+
+
+def test_on_a_terminal_one_view_shows_counts_running_trials_the_best_and_time_left():
+    from rich.console import Console
+
+    progress = _progress()
+    trials = [
+        _trial("a_00000", 0.002, "RUNNING", 2, 0.95),
+        _trial("b_00001", 0.001, "TERMINATED", 1, 0.8),
+        _trial("c_00002", 0.003, "ERROR", 1, 0.7),
+    ]
+    progress.observe(trials)
+    for _ in range(3):
+        progress.result(trials[0], trials[0].last_result)
+    console = Console(file=io.StringIO(), width=140, record=True, force_terminal=True)
+    console.print(progress.renderable())
+    text = console.export_text()
+    assert "mnist_asha: 2/3 trials done | 1 running | 1 stopped early | 1 errored |" in text
+    assert "left" in text  # epochs remain and the pace is known
+    assert "best so far: a_00000 val_accuracy=0.9500 at epoch 2 (lr=0.002)" in text
+    [row] = [line for line in text.splitlines() if line.startswith("a_00000")]
+    assert row.split()[:3] == ["a_00000", "2/3", "0.9500"]
+    assert "b_00001" not in text.split("best so far")[1]  # only running trials are listed
+
+
+def test_a_resumed_sweep_starts_from_its_recorded_best_and_names_its_hyperparameters():
+    progress = _progress()
+    progress.seed(BestEpoch(trial_id="b_00001", epoch=2, value=0.97, row={}))
+    assert progress.best_line() == "best so far: b_00001 val_accuracy=0.9700 at epoch 2 ()"
+    progress.observe([_trial("a_00000", 0.002), _trial("b_00001", 0.001, "TERMINATED", 3, 0.96)])
+    assert progress.best_line() == "best so far: b_00001 val_accuracy=0.9700 at epoch 2 (lr=0.001)"
+    assert progress.result(_trial("a_00000", 0.002), {"training_iteration": 1, "val_accuracy": 0.9}) is None

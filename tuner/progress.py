@@ -1,0 +1,257 @@
+"""What a sweep shows while it runs, in place of Ray's own tables.
+
+On a terminal, one compact view that ``rich`` redraws in place: trials finished /
+running / stopped early / errored out of the total, each running trial's epoch and
+latest metric, the best so far with its hyperparameters, the time spent and an
+estimate of what is left. Anywhere else (CI, a log file, a Ray Job) one plain line per
+event: a trial started, an epoch, a trial stopped early, finished or errored, the best
+changed. Everything is read from Tune's own trial objects in a driver callback, so a
+resumed sweep shows its restored trials too.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+ENDED = ("TERMINATED", "ERROR")
+
+
+@dataclass
+class _Best:
+    trial_id: str
+    value: float
+    epoch: int
+    config: dict[str, Any]
+
+
+@dataclass
+class Progress:
+    """The sweep's state as the progress view needs it; ``lines`` receives plain events."""
+
+    name: str
+    metric: str
+    mode: str
+    total_trials: int
+    max_epochs: int
+    started: float = field(default_factory=time.monotonic)
+    trials: list[Any] = field(default_factory=list)
+    best: _Best | None = None
+    epochs_seen: int = 0  # reported in this run of the command: the pace for the estimate
+    first_epoch_at: float | None = None
+
+    # --- events, from the Tune callback ---------------------------------------------------
+    def observe(self, trials: list[Any]) -> None:
+        self.trials = list(trials)
+        if self.best is not None and not self.best.config:  # seeded before the trials were known
+            self.best.config = next((dict(t.config) for t in self.trials if t.trial_id == self.best.trial_id), {})
+
+    def seed(self, best: Any) -> None:
+        """A resumed sweep's best so far (tuner.store.best_epoch over its history)."""
+        self.best = _Best(best.trial_id, float(best.value), int(best.epoch), {})
+
+    def result(self, trial: Any, result: dict[str, Any]) -> str | None:
+        """An epoch; returns the line saying the best changed, if it did."""
+        self.epochs_seen += 1
+        self.first_epoch_at = self.first_epoch_at or time.monotonic()
+        value = result.get(self.metric)
+        if value is None:
+            return None
+        return self._offer(trial.trial_id, float(value), int(result.get("training_iteration", 0)), trial.config)
+
+    def _offer(self, trial_id: str, value: float, epoch: int, config: dict[str, Any]) -> str | None:
+        better = self.best is None or (value > self.best.value if self.mode == "max" else value < self.best.value)
+        if not better:
+            return None
+        self.best = _Best(trial_id, value, epoch, dict(config))
+        return f"best so far: {trial_id} {self.metric}={value:.4f} at epoch {epoch} ({_hyper(config)})"
+
+    # --- what is shown --------------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        counts = {"finished": 0, "running": 0, "stopped early": 0, "errored": 0, "pending": 0}
+        for trial in self.trials:
+            counts[self.state(trial)] += 1
+        counts["pending"] += max(0, self.total_trials - len(self.trials))
+        return counts
+
+    def state(self, trial: Any) -> str:
+        if trial.status == "ERROR":
+            return "errored"
+        if trial.status == "TERMINATED":
+            return "finished" if _epoch(trial) >= self.max_epochs else "stopped early"
+        if trial.status in ("RUNNING", "PAUSED"):
+            return "running"
+        return "pending"
+
+    def seconds_left(self) -> float | None:
+        """Epochs still to run at the pace of this command's epochs so far (an upper bound
+        when a scheduler stops trials early)."""
+        if not self.first_epoch_at or self.epochs_seen < 2:
+            return None
+        pace = (time.monotonic() - self.first_epoch_at) / (self.epochs_seen - 1)
+        left = sum(self.max_epochs - _epoch(t) for t in self.trials if t.status not in ENDED)
+        left += max(0, self.total_trials - len(self.trials)) * self.max_epochs
+        return left * pace  # pace: wall seconds per epoch, all trials at once
+
+    def summary_line(self) -> str:
+        counts = self.counts()
+        done = counts["finished"] + counts["stopped early"] + counts["errored"]
+        parts = [f"{self.name}: {done}/{self.total_trials} trials done"]
+        parts += [f"{n} {state}" for state, n in counts.items() if n and state != "pending"]
+        parts.append(f"{_duration(time.monotonic() - self.started)} elapsed")
+        left = self.seconds_left()
+        if left is not None and done < self.total_trials:
+            parts.append(f"at most ~{_duration(left)} left")
+        return " | ".join(parts)
+
+    def best_line(self) -> str:
+        if self.best is None:
+            return "best so far: none yet"
+        b = self.best
+        return f"best so far: {b.trial_id} {self.metric}={b.value:.4f} at epoch {b.epoch} ({_hyper(b.config)})"
+
+    def renderable(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        for column in ("trial", "epoch", self.metric, "hyperparameters"):
+            table.add_column(column)
+        for trial in self.trials:
+            if trial.status != "RUNNING":
+                continue
+            value = (trial.last_result or {}).get(self.metric)
+            table.add_row(
+                trial.trial_id,
+                f"{_epoch(trial)}/{self.max_epochs}",
+                f"{value:.4f}" if isinstance(value, float) else "-",
+                _hyper(trial.config),
+            )
+        return Group(Text(self.summary_line(), style="bold"), Text(self.best_line()), table)
+
+
+class Reporter:
+    """Prints a Progress: redrawn in place on a terminal, one line per event elsewhere."""
+
+    def __init__(self, progress: Progress, stream: TextIO | None = None, live: bool | None = None):
+        self.progress = progress
+        self.stream = stream or sys.stdout
+        self.live_mode = self.stream.isatty() if live is None else live
+        self._live: Any = None
+
+    def __enter__(self) -> Reporter:
+        _SHOWING.append(self)
+        if self.live_mode:
+            from rich.console import Console
+            from rich.live import Live
+
+            console = Console(file=self.stream)
+            self._live = Live(self.progress.renderable(), console=console, refresh_per_second=2, transient=False)
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _SHOWING.remove(self)
+        if self._live is not None:
+            self._live.update(self.progress.renderable())
+            self._live.stop()
+            self._live = None
+        else:
+            self.say(self.progress.summary_line())
+
+    def say(self, line: str) -> None:
+        if self._live is not None:
+            self._live.console.print(line, markup=False, highlight=False)  # above the view
+        else:
+            stamp = _duration(time.monotonic() - self.progress.started)
+            print(f"[{stamp:>7}] {line}", file=self.stream, flush=True)
+
+    def refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self.progress.renderable())
+
+    # --- Tune callback hooks (through make_callback) --------------------------------------------
+    def started(self, trials: list[Any], trial: Any) -> None:
+        self.progress.observe(trials)
+        if not self.live_mode:
+            self.say(f"trial {trial.trial_id} started: {_hyper(trial.config)}")
+        self.refresh()
+
+    def reported(self, trials: list[Any], trial: Any, result: dict[str, Any]) -> None:
+        self.progress.observe(trials)
+        better = self.progress.result(trial, result)
+        if not self.live_mode:
+            value = result.get(self.progress.metric)
+            shown = f"{self.progress.metric}={value:.4f}" if isinstance(value, float) else ""
+            epoch = int(result.get("training_iteration", 0))
+            self.say(f"trial {trial.trial_id} epoch {epoch}/{self.progress.max_epochs}: {shown}".rstrip(": "))
+        if better:
+            self.say(better)
+        self.refresh()
+
+    def ended(self, trials: list[Any], trial: Any, errored: bool = False) -> None:
+        self.progress.observe(trials)
+        epoch = _epoch(trial)
+        if errored:
+            self.say(f"trial {trial.trial_id} errored at epoch {epoch + 1}")
+        elif epoch >= self.progress.max_epochs:
+            self.say(f"trial {trial.trial_id} finished: {epoch} epochs")
+        else:
+            self.say(f"trial {trial.trial_id} stopped early after epoch {epoch} by the scheduler")
+        self.refresh()
+
+
+_SHOWING: list[Reporter] = []  # the reporter of the sweep this driver runs now
+
+
+def make_callback() -> Any:
+    """A Tune callback (in the driver) feeding the reporter shown now. It holds no state:
+    Tune pickles its callbacks with the sweep, and a resumed sweep gets this one back."""
+    from ray.tune import Callback
+
+    def showing() -> Reporter | None:
+        return _SHOWING[-1] if _SHOWING else None
+
+    class ProgressCallback(Callback):
+        def on_trial_start(self, iteration, trials, trial, **info):
+            if reporter := showing():
+                reporter.started(trials, trial)
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if reporter := showing():
+                reporter.reported(trials, trial, result)
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            if reporter := showing():
+                reporter.ended(trials, trial)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            if reporter := showing():
+                reporter.ended(trials, trial, errored=True)
+
+        def on_step_end(self, iteration, trials, **info):
+            if reporter := showing():
+                reporter.progress.observe(trials)
+                reporter.refresh()
+
+    return ProgressCallback()
+
+
+def _epoch(trial: Any) -> int:
+    return int((trial.last_result or {}).get("training_iteration", 0) or 0)
+
+
+def _hyper(config: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in config.items())
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
