@@ -54,7 +54,7 @@ def test_off_a_terminal_every_event_is_one_plain_line_through_the_tune_callback(
         "trial a_00000 finished: 3 epochs",
         lines[-1],
     ]
-    assert lines[-1].startswith("mnist_asha: 2/3 trials done | 1 finished | 1 stopped early | ")
+    assert lines[-1].startswith("mnist_asha 2/3 done: 1 finished, 1 stopped early | ")
 
 
 def test_on_a_terminal_one_view_shows_counts_running_trials_the_best_and_time_left():
@@ -72,7 +72,7 @@ def test_on_a_terminal_one_view_shows_counts_running_trials_the_best_and_time_le
     console = Console(file=io.StringIO(), width=140, record=True, force_terminal=True)
     console.print(progress.renderable())
     text = console.export_text()
-    assert "mnist_asha: 2/3 trials done | 1 running | 1 stopped early | 1 errored |" in text
+    assert "mnist_asha 2/3 done: 1 stopped early, 1 errored | 1 running | " in text
     assert "left" in text  # epochs remain and the pace is known
     assert "best so far: a_00000 val_accuracy=0.9500 at epoch 2 (lr=0.002)" in text
     [row] = [line for line in text.splitlines() if line.startswith("a_00000")]

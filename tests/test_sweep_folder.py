@@ -118,9 +118,11 @@ def test_the_same_sweep_twice_gets_a_folder_of_its_own_and_mixes_nothing(finishe
         assert re.search(rf"^\[ *\d+s\] trial {trial_id} epoch 1/2: val_accuracy=0\.\d{{4}}$", again.stdout, re.M)
         assert re.search(rf"trial {trial_id} (finished: 2 epochs|stopped early after epoch 1)", again.stdout)
     assert re.search(r"^\[ *\d+s\] best so far: ", again.stdout, re.M)
-    assert re.search(r"^\[ *\d+s\] it: 2/2 trials done \| ", again.stdout, re.M)
-    assert f"look further: python -m tuner status {second}" in again.stdout
-    for noise in ("Trial status:", "\u256d", "tensorboard --logdir", "Token authentication is enabled"):
+    assert re.search(r"^\[ *\d+s\] it 2/2 done: ", again.stdout, re.M)
+    assert f"look further: python -m tuner report {second}" in again.stdout
+    assert f"python -m tuner status {second}" in again.stdout
+    noises = ("Trial status:", "\u256d", "tensorboard --logdir", "Token authentication is enabled", "Add type hints")
+    for noise in (*noises, "Successfully registered model", "INFO mlflow"):
         assert noise not in again.stdout + again.stderr, noise
     after = {p.relative_to(first): p.stat().st_mtime_ns for p in first.rglob("*") if p.is_file()}
     assert after == before, "the second run touched the first run's folder"

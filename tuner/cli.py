@@ -91,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--batch-size", type=int, default=1024)
     predict.set_defaults(handler=cmd_predict)
 
+    report = commands.add_parser(
+        "report", help="an HTML report of a sweep (or two side by side) with PNGs; logged to its MLflow run"
+    )
+    report.add_argument("folder", help="the sweep's output folder, e.g. runs/mnist_asha (finished, running or not)")
+    report.add_argument("other", nargs="?", help="a second sweep folder to put beside the first")
+    report.add_argument("--out", help="folder for report.html and the PNGs (default: <folder>/report)")
+    report.add_argument("--no-mlflow", action="store_true", help="do not log the report to the sweep's MLflow run")
+    report.set_defaults(handler=cmd_report)
+
     ui = commands.add_parser("ui", help="TensorBoard and the MLflow UI on a sweep's outputs")
     ui.add_argument("output", nargs="?", default="runs", help="output folder (runs/) or one sweep's folder")
     ui.add_argument("--host", default="127.0.0.1", help="bind address for both servers (default 127.0.0.1)")
@@ -251,6 +260,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tuner import report, tracking
+
+    sweeps = [report.read(folder) for folder in [args.folder, args.other] if folder]
+    out = Path(args.out).expanduser().resolve() if args.out else report.default_out(sweeps)
+    files = report.write(sweeps, out)
+    print(f"wrote {files[0]} and {len(files) - 1} PNGs; open it in a browser (it needs no network)")
+    if not args.no_mlflow:
+        where = "report" if len(sweeps) == 1 else f"report/vs-{sweeps[1].label}"
+        run = tracking.log_report(sweeps[0].paths, files, where)
+        if run:
+            print(f"  logged to MLflow: run {run}, artifacts {where}/ (see python -m tuner ui {args.folder})")
+    return 0
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from tuner.predict import predict_to_csv
 
@@ -304,9 +330,10 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any) -> None:
             f"  MLflow: {tracking_uri(sweep)}, registered model "
             f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
         )
-    print(f"  look further: python -m tuner status {paths.where}")
+    print(f"  look further: python -m tuner report {paths.where}   (plots of the sweep, one HTML file)")
     if not paths.remote:
         print(f"                python -m tuner ui {paths.root.parent}   (TensorBoard and MLflow in a browser)")
+    print(f"                python -m tuner status {paths.where}")
 
 
 def _short(value: Any) -> str:

@@ -36,6 +36,7 @@ class Progress:
     mode: str
     total_trials: int
     max_epochs: int
+    searched: list[str] | None = None  # the hyperparameters shown (None: all); constants say nothing
     started: float = field(default_factory=time.monotonic)
     trials: list[Any] = field(default_factory=list)
     best: _Best | None = None
@@ -66,7 +67,11 @@ class Progress:
         if not better:
             return None
         self.best = _Best(trial_id, value, epoch, dict(config))
-        return f"best so far: {trial_id} {self.metric}={value:.4f} at epoch {epoch} ({_hyper(config)})"
+        return f"best so far: {trial_id} {self.metric}={value:.4f} at epoch {epoch} ({self.hyper(config)})"
+
+    def hyper(self, config: dict[str, Any]) -> str:
+        shown = {k: v for k, v in config.items() if self.searched is None or k in self.searched}
+        return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
 
     # --- what is shown --------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
@@ -96,21 +101,26 @@ class Progress:
         return left * pace  # pace: wall seconds per epoch, all trials at once
 
     def summary_line(self) -> str:
+        """e.g. ``mnist_asha 4/6 done: 3 finished, 1 stopped early | 2 running | 5m41s, at most ~2m03s left``"""
         counts = self.counts()
-        done = counts["finished"] + counts["stopped early"] + counts["errored"]
-        parts = [f"{self.name}: {done}/{self.total_trials} trials done"]
-        parts += [f"{n} {state}" for state, n in counts.items() if n and state != "pending"]
-        parts.append(f"{_duration(time.monotonic() - self.started)} elapsed")
+        ended = ("finished", "stopped early", "errored")
+        done = sum(counts[state] for state in ended)
+        line = f"{self.name} {done}/{self.total_trials} done"
+        if done:
+            line += ": " + ", ".join(f"{counts[state]} {state}" for state in ended if counts[state])
+        if counts["running"]:
+            line += f" | {counts['running']} running"
+        line += f" | {_duration(time.monotonic() - self.started)}"
         left = self.seconds_left()
         if left is not None and done < self.total_trials:
-            parts.append(f"at most ~{_duration(left)} left")
-        return " | ".join(parts)
+            line += f", at most ~{_duration(left)} left"
+        return line
 
     def best_line(self) -> str:
         if self.best is None:
             return "best so far: none yet"
         b = self.best
-        return f"best so far: {b.trial_id} {self.metric}={b.value:.4f} at epoch {b.epoch} ({_hyper(b.config)})"
+        return f"best so far: {b.trial_id} {self.metric}={b.value:.4f} at epoch {b.epoch} ({self.hyper(b.config)})"
 
     def renderable(self) -> Any:
         from rich.console import Group
@@ -128,7 +138,7 @@ class Progress:
                 trial.trial_id,
                 f"{_epoch(trial)}/{self.max_epochs}",
                 f"{value:.4f}" if isinstance(value, float) else "-",
-                _hyper(trial.config),
+                self.hyper(trial.config),
             )
         return Group(Text(self.summary_line(), style="bold"), Text(self.best_line()), table)
 
@@ -177,7 +187,7 @@ class Reporter:
     def started(self, trials: list[Any], trial: Any) -> None:
         self.progress.observe(trials)
         if not self.live_mode:
-            self.say(f"trial {trial.trial_id} started: {_hyper(trial.config)}")
+            self.say(f"trial {trial.trial_id} started: {self.progress.hyper(trial.config)}")
         self.refresh()
 
     def reported(self, trials: list[Any], trial: Any, result: dict[str, Any]) -> None:
@@ -242,10 +252,6 @@ def make_callback() -> Any:
 
 def _epoch(trial: Any) -> int:
     return int((trial.last_result or {}).get("training_iteration", 0) or 0)
-
-
-def _hyper(config: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in config.items())
 
 
 def _duration(seconds: float) -> str:

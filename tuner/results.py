@@ -7,6 +7,7 @@ the sweep's metric and mode over every epoch every trial reported.
 from __future__ import annotations
 
 import atexit
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from tuner.store import SweepPaths
 @dataclass
 class TrialSummary:
     trial_id: str
-    status: str  # finished, stopped_early, running, pending, paused, errored
+    status: str  # finished, stopped_early, running, interrupted, pending, paused, errored
     epochs: int
     config: dict[str, Any]
     best_epoch: int | None
@@ -66,6 +67,8 @@ def analysis(sweep: SweepConfig, paths: SweepPaths) -> Any:
         states = [str(p) for p in sorted(paths.tune.glob("experiment_state*.json"))]
     if not states:
         raise TunerError(f"{paths.where}: no Tune experiment state in {paths.tune_uri}; did the sweep start?")
+    # A trial that has not reported yet has no result file: Tune warns of each; it is no news here.
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     try:
         return ExperimentAnalysis(paths.tune_uri, default_metric=sweep.metric, default_mode=sweep.mode)
     except Exception as error:  # Tune's loader raises whatever its parser met
@@ -79,6 +82,7 @@ def trial_summaries(sweep: SweepConfig, paths: SweepPaths) -> list[TrialSummary]
     experiment = analysis(sweep, paths)
     histories = store.trial_histories(paths)
     last_event = {event["trial_id"]: event["event"] for event in store.read_timeline(paths)}
+    running: bool | None = None  # whether a sweep holds the folder now; asked once, if needed
     summaries = []
     for trial in experiment.trials:
         records = histories.get(trial.trial_id, [])  # every reported epoch
@@ -89,10 +93,16 @@ def trial_summaries(sweep: SweepConfig, paths: SweepPaths) -> list[TrialSummary]
             # Tune can save its state before it handles a lost node's error; the driver's
             # timeline recorded the error as it happened. (resume retries it either way.)
             tune_status = "ERROR"
+        elif tune_status == "PENDING" and last_event.get(trial.trial_id) == "start":
+            # Tune saves a running trial as PENDING (to start it again on restore).
+            tune_status = "RUNNING"
+        status = _status(tune_status, epochs, sweep.max_epochs)
+        if status == "interrupted" and (running := in_use(paths) if running is None else running):
+            status = "running"
         summaries.append(
             TrialSummary(
                 trial_id=trial.trial_id,
-                status=_status(tune_status, epochs, sweep.max_epochs),
+                status=status,
                 epochs=epochs,
                 config=dict(trial.config),
                 best_epoch=best.epoch if best else None,
@@ -102,6 +112,17 @@ def trial_summaries(sweep: SweepConfig, paths: SweepPaths) -> list[TrialSummary]
             )
         )
     return summaries
+
+
+def in_use(paths: SweepPaths) -> bool:
+    """Whether a sweep (or resume) is writing the folder now."""
+    if paths.remote:
+        try:
+            remote.check_unlocked(paths.remote)
+        except TunerError:
+            return True
+        return False
+    return store.in_use(paths)
 
 
 def _error_reason(trial: Any) -> str:

@@ -332,6 +332,27 @@ class SweepLock:
             self._fd = None
 
 
+def in_use(paths: SweepPaths) -> bool:
+    """Whether a process holds the folder's lock now (a sweep or resume is running).
+
+    A shared ``flock`` attempt fails while the exclusive one is held; when it succeeds it
+    is released at once, so a sweep starting in that instant may, at worst, be refused in
+    one line."""
+    try:
+        fd = os.open(paths.lock, os.O_RDONLY)
+    except OSError:
+        return False  # no lock file: nothing ever ran here
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
 def holder_note() -> dict[str, Any]:
     """Who holds a sweep folder's lock, for the message the next process prints."""
     return {
@@ -390,6 +411,7 @@ def append_history(paths: SweepPaths, trial_id: str, result: dict[str, Any]) -> 
     path = history_file(paths, trial_id)
     step = int(result["training_iteration"])
     row = {key: _plain(result[key]) for key in HISTORY_KEYS if key in result}
+    row["reported_at"] = time.time()  # when the driver had it: the report's wall-time axis
     rows = read_json_lines(path)
     if any(old["training_iteration"] >= step for old in rows):
         # A restored trial re-ran epochs whose checkpoints were lost (a crash before

@@ -48,6 +48,9 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
         return False
     if not verbose:  # Ray's notice that its token auth is on: not news on every run
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+        # MLflow's INFO lines (creating the store's tables, validating the model's input
+        # example) would break into the progress view; its warnings still show.
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
     address = address or os.environ.get("RAY_ADDRESS")
     common = {"log_to_driver": verbose, "configure_logging": True, "logging_level": "INFO" if verbose else "WARNING"}
     if address:
@@ -431,7 +434,8 @@ def _reporter(sweep: SweepConfig, paths: SweepPaths) -> Any:
     """The progress view (tuner/progress.py), seeded with a resumed sweep's best so far."""
     from tuner.progress import Progress, Reporter
 
-    progress = Progress(sweep.name, sweep.metric, sweep.mode, sweep.total_trials, sweep.max_epochs)
+    searched = [name for name, spec in sweep.param_specs().items() if spec.kind != "constant"]
+    progress = Progress(sweep.name, sweep.metric, sweep.mode, sweep.total_trials, sweep.max_epochs, searched)
     best = store.best_epoch(store.trial_histories(paths), sweep.metric, sweep.mode)
     if best is not None:
         progress.seed(best)
@@ -450,6 +454,7 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool, verb
     print(describe(sweep, slots, use_gpu, data, paths), flush=True)
     for line in [] if resume else _earlier_run_note(sweep, paths):
         print(line, flush=True)
+    store.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume)  # the report's slot count
     data_ref = ray.put(data)
     reporter = _reporter(sweep, paths)
     tuner = build_tuner(sweep, paths, data_ref, use_gpu, slots, restore=resume, reporter=None if verbose else reporter)

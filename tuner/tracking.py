@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import io
 import json
 import os
 import random
@@ -207,7 +208,14 @@ class SweepRecord:
             return self.model["version"]
 
         def log_model() -> Any:
-            with tempfile.TemporaryDirectory() as folder, _fluent_uri(self.uri), mlflow.start_run(run_id=parent):
+            with (
+                tempfile.TemporaryDirectory() as folder,
+                _fluent_uri(self.uri),
+                mlflow.start_run(run_id=parent),
+                warnings.catch_warnings(),
+            ):
+                # MLflow suggests type hints on predict; the model's signature is explicit.
+                warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
                 artifacts, signature = served_model_files(exported, Path(folder))
                 return mlflow.pyfunc.log_model(
                     name="model",
@@ -220,7 +228,9 @@ class SweepRecord:
                 )
 
         def register(model_uri: str) -> Any:
-            with _fluent_uri(self.uri):
+            # MLflow prints "Successfully registered model ..." to stderr itself; the sweep's
+            # summary says which version it made.
+            with _fluent_uri(self.uri), contextlib.redirect_stderr(io.StringIO()):
                 return mlflow.register_model(model_uri, name)
 
         # Two steps, each retried on its own: a retry never logs the model a second time.
@@ -240,6 +250,21 @@ class SweepRecord:
 
     def fail(self) -> None:
         self.client.set_terminated(self.parent_run_id, status="KILLED")
+
+
+def log_report(paths: SweepPaths, files: list[Path], artifact_path: str) -> str | None:
+    """Log a report's files (tuner/report.py) on the sweep's parent run; returns the run
+    id, or None for a sweep that recorded no MLflow run."""
+    from mlflow.tracking import MlflowClient
+
+    state = store.read_mlflow_state(paths)
+    if not state.get("parent_run_id") or not state.get("tracking_uri"):
+        return None
+    with _creating_store(state["tracking_uri"]):
+        client = _Retrying(MlflowClient(state["tracking_uri"]))
+    for path in files:
+        client.log_artifact(state["parent_run_id"], str(path), artifact_path=artifact_path)
+    return state["parent_run_id"]
 
 
 def _is_locked(error: BaseException) -> bool:
