@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -108,11 +109,17 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, ray_tmp):
     root = tmp_path / "runs" / "it"
     process = start_sweep(sweep_file, env={"RAY_TMPDIR": str(ray_tmp)})
     wait_for_results(root, 1, process)
+    # While it runs, status and the report read the folder and say which trial is running.
+    running = tuner_cli("status", str(root), timeout=120)
+    assert running.returncode == 0 and process.poll() is None, running.stderr
+    assert re.search(r"^\S+ +running ", running.stdout, re.M), running.stdout
+    _reports_unfinished(root, "running")
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 130, stderr[-3000:]
     assert f"python -m tuner resume {root}" in stderr
     assert not (root / "best").exists()
+    _reports_unfinished(root, "interrupted")
     status = tuner_cli("status", str(root), timeout=120)
     assert status.returncode == 0, status.stderr
     summary = status.stdout.splitlines()[-2]  # e.g. "  1 interrupted, 2 pending"
@@ -120,3 +127,14 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, ray_tmp):
     from ray import tune
 
     assert tune.Tuner.can_restore(str(root / "tune"))
+
+
+def _reports_unfinished(root, trial_state: str) -> None:
+    """``tuner report`` on a folder whose sweep has not finished: a page that says so,
+    with the trial that did not end drawn open-ended."""
+    shown = tuner_cli("report", str(root), "--out", str(root.parent / f"report-{trial_state}"), timeout=300)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    page = (root.parent / f"report-{trial_state}" / "report.html").read_text()
+    assert "not finished (running, or interrupted" in page
+    assert f"<td>{trial_state}</td>" in page  # the table's "ended" cell of the unfinished trial
+    assert (root.parent / f"report-{trial_state}" / "timeline.png").is_file()

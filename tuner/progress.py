@@ -198,13 +198,16 @@ class Reporter:
             shown = f"{self.progress.metric}={value:.4f}" if isinstance(value, float) else ""
             epoch = int(result.get("training_iteration", 0))
             self.say(f"trial {trial.trial_id} epoch {epoch}/{self.progress.max_epochs}: {shown}".rstrip(": "))
-        if better:
+        if better and not self.live_mode:  # the live view shows the best itself
             self.say(better)
         self.refresh()
 
     def ended(self, trials: list[Any], trial: Any, errored: bool = False) -> None:
         self.progress.observe(trials)
         epoch = _epoch(trial)
+        if self.live_mode and not errored:  # counted in the view; an error is printed above it
+            self.refresh()
+            return
         if errored:
             self.say(f"trial {trial.trial_id} errored at epoch {epoch + 1}")
         elif epoch >= self.progress.max_epochs:

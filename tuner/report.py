@@ -150,13 +150,15 @@ def rungs(sweep: Sweep) -> list[int]:
 
 
 def exploits(sweep: Sweep, trial_id: str) -> list[tuple[int, str]]:
-    """PBT: (epoch, donor trial) where a trial continued from another trial's checkpoint."""
-    found, previous = [], ""
+    """PBT: (epoch, donor trial) where a trial started again from another trial's checkpoint."""
+    found: list[tuple[int, str]] = []
+    previous: tuple[Any, str] = (None, "")
     for row in sweep.histories.get(trial_id, []):
-        donor = row.get("resumed_from") or ""
-        if donor and donor != trial_id and donor != previous:
+        start = (row.get("entered_at"), row.get("resumed_from") or "")  # each start of the trial differs
+        donor = start[1]
+        if start != previous and donor and donor != trial_id:
             found.append((int(row["training_iteration"]), donor))
-        previous = donor or previous
+        previous = start
     return found
 
 
@@ -296,6 +298,7 @@ def plot_best_so_far(sweeps: list[Sweep]) -> Any:
             by_epochs.plot([p[1] for p in points[:-1]], [p[2] for p in points[:-1]], "o", color=colour, ms=4)
     by_time.set(xlabel="wall time (minutes since the sweep started)", ylabel=f"best {sweeps[0].metric} so far")
     by_epochs.set(xlabel="epochs spent (all trials)", ylabel=f"best {sweeps[0].metric} so far")
+    by_time.set_xlim(left=0)
     for ax in (by_time, by_epochs):
         ax.grid(alpha=0.3)
         if len(sweeps) > 1:
@@ -443,6 +446,7 @@ def plot_timeline(sweep: Sweep) -> tuple[Any, float]:
     span = max([b.end for b in bars] + [1e-9])
     busy = sum(b.end - b.start for b in bars)
     idle = max(0.0, 1 - busy / (slots * span))
+    ax.set_xlim(left=0)  # from the sweep's start: time before the first trial is idle too
     ax.set_yticks(range(slots), [f"slot {i + 1}" for i in range(slots)])
     ax.set_xlabel("wall time (minutes since the sweep started)")
     ax.set_title(f"{sweep.label}: trials over {slots} slot(s); {idle:.0%} of slot time idle", fontsize=10)
