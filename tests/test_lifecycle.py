@@ -100,7 +100,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, ray_tmp):
     sweep = small_sweep(
         tmp_path,
         data={"train_subset": 1500},
-        train={"epochs": 3},
+        train={"epochs": 12},  # long enough to be still running after status and report have read it
         space={"params": {"lr": {"grid": [3e-3, 2e-3, 1e-3]}}},
         trials={"num_samples": 1},
     )

@@ -24,21 +24,24 @@ def test_off_a_terminal_every_event_is_one_plain_line_through_the_tune_callback(
     stream = io.StringIO()
     a, b = _trial("a_00000", 0.002), _trial("b_00001", 0.001)
     callback = make_callback()
+
+    def epoch(trial, number: int, value: float) -> None:
+        trial.last_result = {"training_iteration": number, "val_accuracy": value}
+        callback.on_trial_result(0, [a, b], trial, trial.last_result)
+
+    def end(trial) -> None:
+        trial.status = "TERMINATED"
+        callback.on_trial_complete(0, [a, b], trial)
+
     with Reporter(_progress(), stream=stream, live=False):
         callback.on_trial_start(0, [a], a)
         callback.on_trial_start(0, [a, b], b)
-        a.last_result = {"training_iteration": 1, "val_accuracy": 0.9}
-        callback.on_trial_result(1, [a, b], a, a.last_result)
-        b.last_result = {"training_iteration": 1, "val_accuracy": 0.8}
-        callback.on_trial_result(2, [a, b], b, b.last_result)
-        b.status = "TERMINATED"
-        callback.on_trial_complete(3, [a, b], b)
-        a.last_result = {"training_iteration": 2, "val_accuracy": 0.95}
-        callback.on_trial_result(4, [a, b], a, a.last_result)
-        a.last_result = {"training_iteration": 3, "val_accuracy": 0.94}
-        callback.on_trial_result(6, [a, b], a, a.last_result)
-        a.status = "TERMINATED"
-        callback.on_trial_complete(5, [a, b], a)
+        epoch(a, 1, 0.9)
+        epoch(b, 1, 0.8)
+        end(b)
+        epoch(a, 2, 0.95)
+        epoch(a, 3, 0.94)
+        end(a)
     assert not _SHOWING  # the callback feeds only the reporter being shown
     lines = [re.sub(r"^\[\s*\d+s\] ", "", line) for line in stream.getvalue().splitlines()]
     assert lines == [

@@ -337,6 +337,17 @@ BAD_INPUTS = {
         "t10k-images-idx3-ubyte.gz: a truncated or corrupt IDX file",
     ),
     "not_a_sweep_folder": (None, ["status", "{tmp}"], "is not a sweep folder"),
+    "report_not_a_sweep_folder": (None, ["report", "{tmp}"], "is not a sweep folder"),
+    "report_out_is_a_file": (
+        lambda root, tmp: (tmp / "a_file").write_text("mine"),
+        ["report", "{root}", "--out", "{tmp}/a_file"],
+        "a_file",
+    ),
+    "truncated_history_report": (
+        lambda root, tmp: _truncate(_first(root, "history/*.jsonl"), 0.7),
+        ["report", "{root}"],
+        "not a JSON record",
+    ),
 }
 
 

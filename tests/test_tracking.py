@@ -154,7 +154,12 @@ def test_mlflow_models_serve_and_tuner_predict_agree_with_the_registered_model(f
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/it_cnn/{version.version}"]
         + ["--env-manager", "local", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri(sweep)},
+        # As in an activated venv: MLflow starts the server as `uvicorn` from PATH.
+        env={
+            **os.environ,
+            "MLFLOW_TRACKING_URI": tracking_uri(sweep),
+            "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}",
+        },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -76,7 +76,8 @@ def read(folder: str | Path) -> Sweep:
     config, paths = open_sweep(folder)
     trials = trial_summaries(config, paths)
     histories = store.trial_histories(paths)
-    trials = [t for t in trials if t.trial_id in histories or t.status == "errored"]
+    # Trials that started (a running one may not have reported yet); not those still waiting.
+    trials = [t for t in trials if t.trial_id in histories or t.status in ("errored", "running", "interrupted")]
     if not trials:
         raise TunerError(f"{paths.where}: no trial of sweep {config.name!r} has reported an epoch yet; nothing to show")
     specs = config.param_specs()

@@ -19,6 +19,7 @@ import math
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -430,6 +431,25 @@ def _fit_and_export(
             ray.shutdown()
 
 
+@contextlib.contextmanager
+def _ray_output(verbose: bool) -> Iterator[None]:
+    """Tune's own output only with --verbose. Its new output engine prints a config box
+    and a TensorBoard hint (a temporary folder) even at verbose=0; the legacy engine, at
+    verbosity 0, prints nothing. RAY_AIR_NEW_OUTPUT is read when fit() starts."""
+    if verbose:
+        yield
+        return
+    before = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = before
+
+
 def _reporter(sweep: SweepConfig, paths: SweepPaths) -> Any:
     """The progress view (tuner/progress.py), seeded with a resumed sweep's best so far."""
     from tuner.progress import Progress, Reporter
@@ -458,7 +478,11 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool, verb
     data_ref = ray.put(data)
     reporter = _reporter(sweep, paths)
     tuner = build_tuner(sweep, paths, data_ref, use_gpu, slots, restore=resume, reporter=None if verbose else reporter)
-    with _stop_cleanly_on_ctrl_c() as interrupted, reporter if not verbose else contextlib.nullcontext():
+    with (
+        _stop_cleanly_on_ctrl_c() as interrupted,
+        reporter if not verbose else contextlib.nullcontext(),
+        _ray_output(verbose),
+    ):
         results = tuner.fit()
     del data_ref
     for error in results.errors:  # a trial that could not write its checkpoint: a full disk
