@@ -40,7 +40,9 @@ class ImageClassifier(mlflow.pyfunc.PythonModel):
 
     # No type hints: the logged signature states the input (one uint8 tensor), and MLflow
     # would read hints as a schema of records. (MLflow notes their absence once per load.)
-    def predict(self, context, model_input, params=None):
+    # The hint tells MLflow there is no schema to infer from it (the logged signature says
+    # uint8 [N, C, H, W]); without one MLflow warns at every load.
+    def predict(self, context, model_input: np.ndarray, params: dict[str, Any] | None = None):
         images = np.asarray(model_input)
         if images.dtype != np.uint8:
             raise ValueError(f"expects uint8 images (0-255), got {images.dtype}")

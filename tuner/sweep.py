@@ -50,8 +50,10 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
     if not verbose:  # Ray's notice that its token auth is on: not news on every run
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         # MLflow's INFO lines (creating the store's tables, validating the model's input
-        # example) would break into the progress view; its warnings still show.
-        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        # example) would break into the progress view; its warnings still show. MLflow
+        # sets its loggers' level from this variable when it is imported.
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+        logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
     address = address or os.environ.get("RAY_ADDRESS")
     common = {"log_to_driver": verbose, "configure_logging": True, "logging_level": "INFO" if verbose else "WARNING"}
     if address:

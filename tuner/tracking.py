@@ -212,10 +212,7 @@ class SweepRecord:
                 tempfile.TemporaryDirectory() as folder,
                 _fluent_uri(self.uri),
                 mlflow.start_run(run_id=parent),
-                warnings.catch_warnings(),
             ):
-                # MLflow suggests type hints on predict; the model's signature is explicit.
-                warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
                 artifacts, signature = served_model_files(exported, Path(folder))
                 return mlflow.pyfunc.log_model(
                     name="model",
