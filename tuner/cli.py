@@ -330,10 +330,21 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any) -> None:
             f"  MLflow: {tracking_uri(sweep)}, registered model "
             f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
         )
-    print(f"  look further: python -m tuner report {paths.where}   (plots of the sweep, one HTML file)")
+    where = paths.where if paths.remote else _shown(paths.root)
+    print(f"  look further: python -m tuner report {where}   (plots of the sweep in one HTML page)")
     if not paths.remote:
-        print(f"                python -m tuner ui {paths.root.parent}   (TensorBoard and MLflow in a browser)")
-    print(f"                python -m tuner status {paths.where}")
+        print(f"                python -m tuner ui {_shown(paths.root.parent)}   (TensorBoard and MLflow UIs)")
+    print(f"                python -m tuner status {where}")
+
+
+def _shown(path: Any) -> str:
+    """A folder as the user would type it: relative to the working directory when inside it."""
+    from pathlib import Path
+
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _short(value: Any) -> str:

@@ -140,6 +140,8 @@ class Progress:
                 f"{value:.4f}" if isinstance(value, float) else "-",
                 self.hyper(trial.config),
             )
+        if not table.rows:  # nothing running: no empty header
+            return Group(Text(self.summary_line(), style="bold"), Text(self.best_line()))
         return Group(Text(self.summary_line(), style="bold"), Text(self.best_line()), table)
 
 
@@ -159,14 +161,18 @@ class Reporter:
             from rich.live import Live
 
             console = Console(file=self.stream)
-            self._live = Live(self.progress.renderable(), console=console, refresh_per_second=2, transient=False)
+            # Drawn by rich's own thread twice a second from the current state: Tune's
+            # callbacks (many per second) only update the state, never render.
+            self._live = Live(
+                console=console, get_renderable=self.progress.renderable, refresh_per_second=2, transient=False
+            )
             self._live.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _SHOWING.remove(self)
         if self._live is not None:
-            self._live.update(self.progress.renderable())
+            self._live.refresh()
             self._live.stop()
             self._live = None
         else:
@@ -179,16 +185,11 @@ class Reporter:
             stamp = _duration(time.monotonic() - self.progress.started)
             print(f"[{stamp:>7}] {line}", file=self.stream, flush=True)
 
-    def refresh(self) -> None:
-        if self._live is not None:
-            self._live.update(self.progress.renderable())
-
     # --- Tune callback hooks (through make_callback) --------------------------------------------
     def started(self, trials: list[Any], trial: Any) -> None:
         self.progress.observe(trials)
         if not self.live_mode:
             self.say(f"trial {trial.trial_id} started: {self.progress.hyper(trial.config)}")
-        self.refresh()
 
     def reported(self, trials: list[Any], trial: Any, result: dict[str, Any]) -> None:
         self.progress.observe(trials)
@@ -200,13 +201,11 @@ class Reporter:
             self.say(f"trial {trial.trial_id} epoch {epoch}/{self.progress.max_epochs}: {shown}".rstrip(": "))
         if better and not self.live_mode:  # the live view shows the best itself
             self.say(better)
-        self.refresh()
 
     def ended(self, trials: list[Any], trial: Any, errored: bool = False) -> None:
         self.progress.observe(trials)
         epoch = _epoch(trial)
         if self.live_mode and not errored:  # counted in the view; an error is printed above it
-            self.refresh()
             return
         if errored:
             self.say(f"trial {trial.trial_id} errored at epoch {epoch + 1}")
@@ -214,7 +213,6 @@ class Reporter:
             self.say(f"trial {trial.trial_id} finished: {epoch} epochs")
         else:
             self.say(f"trial {trial.trial_id} stopped early after epoch {epoch} by the scheduler")
-        self.refresh()
 
 
 _SHOWING: list[Reporter] = []  # the reporter of the sweep this driver runs now
@@ -248,7 +246,6 @@ def make_callback() -> Any:
         def on_step_end(self, iteration, trials, **info):
             if reporter := showing():
                 reporter.progress.observe(trials)
-                reporter.refresh()
 
     return ProgressCallback()
 

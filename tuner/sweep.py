@@ -53,6 +53,7 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
         # example) would break into the progress view; its warnings still show. MLflow
         # sets its loggers' level from this variable when it is imported.
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # its bars when it logs the model
         logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
     address = address or os.environ.get("RAY_ADDRESS")
     common = {"log_to_driver": verbose, "configure_logging": True, "logging_level": "INFO" if verbose else "WARNING"}
