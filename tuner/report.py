@@ -300,6 +300,7 @@ def plot_best_so_far(sweeps: list[Sweep]) -> Any:
     by_time.set(xlabel="wall time (minutes since the sweep started)", ylabel=f"best {sweeps[0].metric} so far")
     by_epochs.set(xlabel="epochs spent (all trials)", ylabel=f"best {sweeps[0].metric} so far")
     by_time.set_xlim(left=0)
+    by_epochs.xaxis.get_major_locator().set_params(integer=True)
     for ax in (by_time, by_epochs):
         ax.grid(alpha=0.3)
         if len(sweeps) > 1:
