@@ -75,7 +75,8 @@ class Sweep:
 def read(folder: str | Path) -> Sweep:
     config, paths = open_sweep(folder)
     trials = trial_summaries(config, paths)
-    histories = store.trial_histories(paths)
+    # As results.best_trial: not the history of a trial lost in a crash before Tune saved it.
+    histories = {k: v for k, v in store.trial_histories(paths).items() if k in {t.trial_id for t in trials}}
     # Trials that started (a running one may not have reported yet); not those still waiting.
     trials = [t for t in trials if t.trial_id in histories or t.status in ("errored", "running", "interrupted")]
     if not trials:
