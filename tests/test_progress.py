@@ -90,3 +90,22 @@ def test_a_resumed_sweep_starts_from_its_recorded_best_and_names_its_hyperparame
     progress.observe([_trial("a_00000", 0.002), _trial("b_00001", 0.001, "TERMINATED", 3, 0.96)])
     assert progress.best_line() == "best so far: b_00001 val_accuracy=0.9700 at epoch 2 (lr=0.001)"
     assert progress.result(_trial("a_00000", 0.002), {"training_iteration": 1, "val_accuracy": 0.9}) is None
+
+
+def test_the_callback_tune_pickles_with_the_sweep_feeds_the_reporter_of_the_resumed_run():
+    """Tune restores its callbacks from tuner.pkl on resume: the restored one must still
+    reach the reporter the resuming process shows (not a copy of an empty list)."""
+    from ray import cloudpickle
+
+    restored = cloudpickle.loads(cloudpickle.dumps(make_callback()))
+    stream = io.StringIO()
+    a = _trial("a_00000", 0.002)
+    with Reporter(_progress(), stream=stream, live=False):
+        restored.on_trial_start(0, [a], a)
+        a.last_result = {"training_iteration": 1, "val_accuracy": float("nan")}
+        restored.on_trial_result(0, [a], a, a.last_result)
+        a.last_result = {"training_iteration": 2, "val_accuracy": 0.9}
+        restored.on_trial_result(0, [a], a, a.last_result)
+    lines = [re.sub(r"^\[\s*\d+s\] ", "", line) for line in stream.getvalue().splitlines()]
+    assert lines[0] == "trial a_00000 started: lr=0.002"
+    assert "best so far: a_00000 val_accuracy=0.9000 at epoch 2 (lr=0.002)" in lines  # NaN was never best

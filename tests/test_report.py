@@ -317,3 +317,53 @@ def test_the_report_in_a_real_browser_draws_every_plot_without_console_errors(sw
     screenshot.unlink(missing_ok=True)
     render(page_file, f"--screenshot={screenshot.resolve()}")
     assert screenshot.is_file() and screenshot.stat().st_size > 50_000
+
+
+def test_nan_metrics_constant_values_and_pbt_gaps_do_not_break_importance(tmp_path):
+    rng = np.random.default_rng(1)
+    rows, configs = {}, {}
+    for i, lr in enumerate(10 ** rng.uniform(-4, -1, size=12)):
+        value = 0.9 - 0.05 * (np.log10(lr) + 2.5) ** 2
+        rows[f"t_{i:05d}"] = [value - 0.01, value]
+        configs[f"t_{i:05d}"] = {"lr": float(lr), "hidden": 64}  # hidden: one value in every trial
+    rows["t_00000"] = [float("nan"), float("nan")]  # a diverged trial
+    sweep = _made_up(tmp_path, rows, configs, {"name": "fifo"})
+    # A PBT clone that continued at its donor's epoch 3: epochs 1, 3 and 4 in its history.
+    sweep.histories["t_00001"] = [
+        {**sweep.histories["t_00001"][0], "training_iteration": 1},
+        {**sweep.histories["t_00001"][1], "training_iteration": 3},
+        {**sweep.histories["t_00001"][1], "training_iteration": 4},
+    ]
+    assert report.value_at(sweep, "t_00000", 2) is None
+    assert report.value_at(sweep, "t_00001", 2) == sweep.histories["t_00001"][0]["val_accuracy"]
+    found = report.importance(sweep)
+    assert found.trials == 11 and set(found.values) == {"lr"} and found.values["lr"] == pytest.approx(1.0)
+
+
+def test_a_paused_trial_leaves_its_slot_free_until_it_starts_again(tmp_path):
+    configs = {t: {"lr": 1e-3, "hidden": 64} for t in ("p_1", "p_2")}
+    sweep = _made_up(tmp_path, {t: [0.5] for t in configs}, configs, {"name": "fifo"})
+    sweep.histories = {"p_1": [{"training_iteration": 1, "val_accuracy": 0.5, "reported_at": 3.0},
+                               {"training_iteration": 2, "val_accuracy": 0.6, "reported_at": 9.0}]}  # fmt: skip
+    sweep.timeline = [
+        {"time": 0.0, "trial_id": "", "event": "run", "slots": 1},
+        {"time": 0.0, "trial_id": "p_1", "event": "start"},  # paused after its report at 3.0 ...
+        {"time": 4.0, "trial_id": "p_2", "event": "start"},
+        {"time": 6.0, "trial_id": "p_2", "event": "end"},
+        {"time": 6.0, "trial_id": "p_1", "event": "start"},  # ... and started again
+        {"time": 9.5, "trial_id": "p_1", "event": "end"},
+        {"trial_id": "p_2", "event": "start"},  # no time: left out, not a crash
+    ]
+    bars, slots = report.slot_bars(sweep)
+    assert slots == 1
+    assert [(b.trial_id, b.start, b.end, b.open) for b in sorted(bars, key=lambda b: b.start)] == [
+        ("p_1", 0.0, 3.0, True),
+        ("p_2", 4.0, 6.0, False),
+        ("p_1", 6.0, 9.5, False),
+    ]
+
+
+def test_choices_of_numbers_sit_on_their_axis_in_numeric_order():
+    spec = report.ParamSpec("choice", (128, 32, 64))
+    positions, ticks = report._axis_position(spec, [128, 32, 64])
+    assert positions == [1.0, 0.0, 0.5] and [t for _, t in ticks] == ["32", "64", "128"]

@@ -271,7 +271,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"wrote {files[0]} and {len(files) - 1} PNGs; open it in a browser (it needs no network)")
     if not args.no_mlflow:
         where = "report" if len(sweeps) == 1 else f"report/vs-{sweeps[1].label}"
-        run = tracking.log_report(sweeps[0].paths, files, where)
+        try:
+            run = tracking.log_report(sweeps[0].paths, files, where)
+        except Exception as error:  # the report stands without MLflow: say why, in one line
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            print(f"  not logged to MLflow: {reason}", file=sys.stderr)
+            return 0
         if run:
             print(f"  logged to MLflow: run {run}, artifacts {where}/ (see python -m tuner ui {args.folder})")
     return 0

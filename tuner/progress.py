@@ -58,7 +58,7 @@ class Progress:
         self.epochs_seen += 1
         self.first_epoch_at = self.first_epoch_at or time.monotonic()
         value = result.get(self.metric)
-        if value is None:
+        if not isinstance(value, (int, float)) or value != value:  # absent or NaN: never "best"
             return None
         return self._offer(trial.trial_id, float(value), int(result.get("training_iteration", 0)), trial.config)
 
@@ -218,13 +218,16 @@ class Reporter:
 _SHOWING: list[Reporter] = []  # the reporter of the sweep this driver runs now
 
 
+def _showing() -> Reporter | None:
+    return _SHOWING[-1] if _SHOWING else None
+
+
 def make_callback() -> Any:
     """A Tune callback (in the driver) feeding the reporter shown now. It holds no state:
     Tune pickles its callbacks with the sweep, and a resumed sweep gets this one back."""
     from ray.tune import Callback
 
-    def showing() -> Reporter | None:
-        return _SHOWING[-1] if _SHOWING else None
+    showing = _showing  # module-level: pickled by reference, so it reads this process's list
 
     class ProgressCallback(Callback):
         def on_trial_start(self, iteration, trials, trial, **info):

@@ -96,8 +96,14 @@ def read(folder: str | Path) -> Sweep:
 
 
 # --- the numbers behind the plots ----------------------------------------------------------------
+def _events(sweep: Sweep) -> list[dict[str, Any]]:
+    """The timeline's events that say when they happened, in time order."""
+    timed = [e for e in sweep.timeline if isinstance(e.get("time"), (int, float))]
+    return sorted(timed, key=lambda e: e["time"])
+
+
 def _started_at(sweep: Sweep) -> float:
-    times = [e["time"] for e in sweep.timeline if isinstance(e.get("time"), (int, float))]
+    times = [e["time"] for e in _events(sweep)]
     times += [row["reported_at"] for rows in sweep.histories.values() for row in rows if "reported_at" in row]
     return min(times) if times else sweep.now
 
@@ -107,7 +113,7 @@ def _reported_at(sweep: Sweep, trial_id: str, row: dict[str, Any]) -> float:
     trial's first start plus Tune's time_total_s."""
     if isinstance(row.get("reported_at"), (int, float)):
         return float(row["reported_at"])
-    starts = [e["time"] for e in sweep.timeline if e.get("trial_id") == trial_id and e.get("event") == "start"]
+    starts = [e["time"] for e in _events(sweep) if e.get("trial_id") == trial_id and e.get("event") == "start"]
     return (starts[0] if starts else _started_at(sweep)) + float(row.get("time_total_s") or 0.0)
 
 
@@ -165,16 +171,21 @@ def exploits(sweep: Sweep, trial_id: str) -> list[tuple[int, str]]:
 
 
 def common_epoch(sweep: Sweep) -> int:
-    """The last epoch every trial that reported has reached: where they compare fairly."""
-    reached = [len(sweep.histories[t.trial_id]) for t in sweep.trials if sweep.histories.get(t.trial_id)]
+    """The last epoch every trial that reported has reached: where they compare fairly.
+    (A PBT clone continues at its donor's epoch, so its history may skip some.)"""
+    reached = [int(rows[-1]["training_iteration"]) for t in sweep.trials if (rows := sweep.histories.get(t.trial_id))]
     return min(reached) if reached else 0
 
 
 def value_at(sweep: Sweep, trial_id: str, epoch: int) -> float | None:
+    """The trial's metric at ``epoch``, or at its last epoch before it; None if absent or NaN."""
+    value = None
     for row in sweep.histories.get(trial_id, []):
-        if int(row["training_iteration"]) == epoch and isinstance(row.get(sweep.metric), (int, float)):
-            return float(row[sweep.metric])
-    return None
+        if int(row["training_iteration"]) > epoch:
+            break
+        metric = row.get(sweep.metric)
+        value = float(metric) if isinstance(metric, (int, float)) and metric == metric else None
+    return value
 
 
 @dataclass
@@ -205,14 +216,19 @@ def importance(sweep: Sweep) -> Importance:
     distributions: dict[str, Any] = {}
     for name, spec in sweep.searched.items():
         seen = [c[name] for c, _ in rows]
+        if len({json.dumps(v, sort_keys=True) for v in seen}) < 2:
+            continue  # one value in every trial: nothing to attribute to it
         if spec.kind in ("choice", "grid") or not all(isinstance(v, (int, float)) for v in seen):
             distributions[name] = CategoricalDistribution(sorted({json.dumps(v) for v in seen}))
         elif spec.kind == "randint" and all(isinstance(v, int) for v in seen):
             distributions[name] = IntDistribution(min(seen), max(max(seen), min(seen) + 1))
         else:  # PBT may have mutated a value beyond the space's range: span what was tried
             low, high = float(min(seen)), float(max(seen))
-            log = spec.kind in ("loguniform", "qloguniform") and low > 0
-            distributions[name] = FloatDistribution(low, high if high > low else low * 1.0001 + 1e-12, log=log)
+            distributions[name] = FloatDistribution(
+                low, high, log=spec.kind in ("loguniform", "qloguniform") and low > 0
+            )
+    if not distributions:
+        return Importance({}, method, "every searched hyperparameter had the same value in every trial")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize" if sweep.maximise else "minimize")
     for config, value in rows:
@@ -237,29 +253,41 @@ class Bar:
 
 
 def slot_bars(sweep: Sweep) -> tuple[list[Bar], int]:
-    """Each trial's spans of running time, placed on the lowest free slot; and the slots."""
+    """Each trial's spans of running time, placed on the lowest free slot; and the slots.
+
+    A span without a recorded end (PBT paused the trial, or the driver stopped) ends at
+    the trial's last report before it started again; one still running ends now."""
     start = _started_at(sweep)
     status = {t.trial_id: t.status for t in sweep.trials}
-    last_seen = max(
-        [e["time"] for e in sweep.timeline]
-        + [_reported_at(sweep, k, r) for k, rows in sweep.histories.items() for r in rows]
-        + [start]
-    )
+    reports = {k: sorted(_reported_at(sweep, k, r) for r in rows) for k, rows in sweep.histories.items()}
     bars: list[Bar] = []
     running: dict[str, float] = {}
-    for event in sorted(sweep.timeline, key=lambda e: e["time"]):
+
+    def cut_short(trial: str, before: float) -> None:
+        began = running.pop(trial)
+        last = max((t for t in reports.get(trial, []) if began <= t <= before), default=began)
+        bars.append(Bar(trial, began - start, last - start, status[trial], True))
+
+    for event in _events(sweep):
         trial, kind, when = event.get("trial_id", ""), event.get("event"), float(event["time"])
+        if kind == "run":  # the driver (re)started: whatever ran before it stopped then
+            for other in list(running):
+                cut_short(other, when)
+            continue
         if trial not in status:
             continue
         if kind == "start":
-            if trial in running:  # started again without an end: the driver restarted
-                bars.append(Bar(trial, running.pop(trial) - start, when - start, status[trial], True))
+            if trial in running:  # started again without an end: paused, or restarted
+                cut_short(trial, when)
             running[trial] = when
         elif kind in ("end", "error", "recover") and trial in running:
             ended = "errored" if kind in ("error", "recover") else status[trial]
             bars.append(Bar(trial, running.pop(trial) - start, when - start, ended, False))
-    for trial, began in running.items():
-        bars.append(Bar(trial, began - start, last_seen - start, status[trial], True))
+    for trial in list(running):
+        if status[trial] == "running":
+            bars.append(Bar(trial, running.pop(trial) - start, max(sweep.now, start) - start, "running", True))
+        else:
+            cut_short(trial, float("inf"))
     bars.sort(key=lambda b: (b.start, b.trial_id))
     free_at: list[float] = []
     for bar in bars:
@@ -359,7 +387,7 @@ def _axis_position(spec: ParamSpec | None, values: list[Any]) -> tuple[list[floa
     """Values on a 0-1 axis and the axis's tick labels: log for log ranges, slots for choices."""
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     if spec is not None and spec.kind in ("choice", "grid") or not numeric:
-        levels = sorted({json.dumps(v) for v in values})
+        levels = sorted({json.dumps(v) for v in values}, key=_level_order)
         at = {level: (i / (len(levels) - 1) if len(levels) > 1 else 0.5) for i, level in enumerate(levels)}
         return [at[json.dumps(v)] for v in values], [(at[level], level.strip('"')) for level in levels]
     log = spec is not None and spec.kind in ("loguniform", "qloguniform") and min(values) > 0
@@ -368,6 +396,13 @@ def _axis_position(spec: ParamSpec | None, values: list[Any]) -> tuple[list[floa
     span = high - low or 1.0
     ticks = [(0.0, f"{min(values):.3g}"), (1.0, f"{max(values):.3g}")] if high > low else [(0.5, f"{values[0]:.3g}")]
     return [(s - low) / span if high > low else 0.5 for s in scale], ticks
+
+
+def _level_order(level: str) -> tuple[int, Any]:
+    """Numbers by value, then everything else by its text."""
+    value = json.loads(level)
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (0, value, "") if numeric else (1, 0, level)
 
 
 def plot_parallel(sweep: Sweep) -> Any:

@@ -257,6 +257,10 @@ def log_report(paths: SweepPaths, files: list[Path], artifact_path: str) -> str 
     state = store.read_mlflow_state(paths)
     if not state.get("parent_run_id") or not state.get("tracking_uri"):
         return None
+    database = state["tracking_uri"].removeprefix("sqlite:///")
+    if state["tracking_uri"].startswith("sqlite:///") and not Path(database).is_file():
+        # Moved since (mlflow.json names the store where the sweep ran): never make an empty one.
+        raise TunerError(f"the sweep's MLflow store {database} is not there (see {paths.mlflow_state})")
     with _creating_store(state["tracking_uri"]):
         client = _Retrying(MlflowClient(state["tracking_uri"]))
     for path in files:
