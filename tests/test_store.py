@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -165,7 +166,7 @@ def test_an_append_on_a_full_disk_leaves_no_partial_line(small_fs):
     row = {"training_iteration": 2, "val_accuracy": 0.6, "padding": "x" * 20_000}
     with pytest.raises(StorageError, match="No space left on device"):
         append_line(paths.history / "t1.jsonl", row)
-    assert trial_histories(paths) == {"t1": [{"training_iteration": 1, "val_accuracy": 0.5}]}
+    assert trial_histories(paths) == {"t1": [{"training_iteration": 1, "val_accuracy": 0.5, "reported_at": ANY}]}
     os.unlink(small_fs / "ballast")  # space is back: the record goes on
     append_history(paths, "t1", {"training_iteration": 2, "val_accuracy": 0.6})
     assert [r["training_iteration"] for r in trial_histories(paths)["t1"]] == [1, 2]
