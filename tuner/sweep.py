@@ -477,10 +477,12 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool, verb
     print(describe(sweep, slots, use_gpu, data, paths), flush=True)
     for line in [] if resume else _earlier_run_note(sweep, paths):
         print(line, flush=True)
-    store.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume)  # the report's slot count
     data_ref = ray.put(data)
     reporter = _reporter(sweep, paths)
     tuner = build_tuner(sweep, paths, data_ref, use_gpu, slots, restore=resume, reporter=None if verbose else reporter)
+    # The report's slot count; only once the sweep (or its restore) is built: a refused
+    # resume writes nothing.
+    store.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume)
     with (
         _stop_cleanly_on_ctrl_c() as interrupted,
         reporter if not verbose else contextlib.nullcontext(),
