@@ -64,12 +64,37 @@ def _storage_uri(value: str) -> bool:
 
 
 # --- data -----------------------------------------------------------------------------
+BUILT_IN_DATASETS = ("mnist", "fashion_mnist", "cifar10")
+
+
 class DataConfig(Strict):
-    dataset: Literal["mnist", "fashion_mnist", "cifar10"] = "mnist"
-    root: str | None = None  # None: $TUNER_DATA_DIR, else ./data
+    dataset: Literal["mnist", "fashion_mnist", "cifar10", "image_folder", "parquet"] = "mnist"
+    root: str | None = None  # built-in sets: None is $TUNER_DATA_DIR, else ./data
+    path: str | None = None  # image_folder: DIR/train/<class>/*; parquet: a file, folder or glob
+    image_size: int | None = Field(None, ge=8, le=4096)  # decode to size x size (needed for mixed sizes)
+    channels: Literal[1, 3] = 3  # image_folder / parquet: grey or RGB
+    image_column: str = "image"  # parquet: encoded PNG/JPEG bytes
+    label_column: str = "label"  # parquet: integer or string labels
+    streaming: Literal["auto", True, False] = "auto"  # stream with Ray Data when too big for memory
+    augment: list[Literal["random_crop", "horizontal_flip"]] = Field(default_factory=list)
+    crop_padding: int = Field(4, ge=0, le=64)  # random_crop: pad, then crop back to size
     val_fraction: float = Field(0.1, gt=0, lt=1)  # held out of the training set
     train_subset: int | None = Field(None, ge=100)  # use N training images (seeded)
     download: bool = True  # with torchvision, when the files are missing
+
+    @model_validator(mode="after")
+    def _source(self) -> DataConfig:
+        own = self.dataset in ("image_folder", "parquet")
+        if own and not self.path:
+            raise _fail(
+                "data.path: dataset {dataset!r} needs data.path (a folder or Parquet files)", dataset=self.dataset
+            )
+        if not own and self.path:
+            raise _fail(
+                "data.path: dataset {dataset!r} is read from data.root; data.path is for image_folder and parquet",
+                dataset=self.dataset,
+            )
+        return self
 
 
 # --- models ---------------------------------------------------------------------------

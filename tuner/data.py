@@ -87,6 +87,8 @@ class TrainingData:
     num_classes: int
     channels: int
     size: int
+    classes: tuple[str, ...] = ()  # what each class index means (predict and the served model name them)
+    test: Split | None = None  # a user's own test split, when the data has one
 
 
 def resolve_root(root: str | None) -> Path:
@@ -209,7 +211,76 @@ def load_training_data(
         num_classes=info.num_classes,
         channels=info.channels,
         size=info.size,
+        classes=CLASS_NAMES[name],
     )
+
+
+def load_data(config, *, seed: int) -> TrainingData:
+    """The training data a sweep's ``data`` section names: a built-in set, or the user's
+    own image folder or Parquet files (tuner/sources.py), decoded once (cached)."""
+    if config.dataset in DATASETS:
+        return load_training_data(
+            config.dataset,
+            config.root,
+            val_fraction=config.val_fraction,
+            train_subset=config.train_subset,
+            seed=seed,
+            download=config.download,
+        )
+    return _load_own(config, seed=seed)
+
+
+def _load_own(config, *, seed: int) -> TrainingData:
+    from tuner import sources
+
+    if config.dataset == "image_folder":
+        source = sources.list_image_folder(config.path)
+    else:
+        source = sources.list_parquet(config.path, config.image_column, config.label_column)
+    splits, _ = sources.decoded(source, config.image_size, config.channels)
+    full = Split(*splits["train"])
+    if "val" in splits:
+        train = (
+            full
+            if config.train_subset is None
+            else full.take(np.sort(np.random.default_rng(seed).permutation(len(full))[: config.train_subset]))
+        )
+        val = Split(*splits["val"])
+    else:
+        train_idx, val_idx = split_indices(
+            len(full), val_fraction=config.val_fraction, train_subset=config.train_subset, seed=seed
+        )
+        train, val = full.take(train_idx), full.take(val_idx)
+    mean, std = channel_stats(train.images)
+    return TrainingData(
+        dataset=config.dataset,
+        train=train,
+        val=val,
+        mean=mean,
+        std=std,
+        num_classes=len(source.classes),
+        channels=int(train.images.shape[1]),
+        size=int(train.images.shape[2]),
+        classes=tuple(source.classes),
+        test=Split(*splits["test"]) if "test" in splits else None,
+    )
+
+
+def channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std of uint8 ``[N, C, H, W]`` images on the 0-1 scale (in
+    chunks: no float copy of the whole set)."""
+    channels = images.shape[1]
+    total = np.zeros(channels)
+    squares = np.zeros(channels)
+    count = 0
+    for start in range(0, len(images), 4096):
+        chunk = images[start : start + 4096].astype(np.float64) / 255.0
+        total += chunk.sum(axis=(0, 2, 3))
+        squares += (chunk**2).sum(axis=(0, 2, 3))
+        count += chunk.shape[0] * chunk.shape[2] * chunk.shape[3]
+    mean = total / max(count, 1)
+    std = np.sqrt(np.maximum(squares / max(count, 1) - mean**2, 1e-12))
+    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 
 def load_test_split(name: str, root: str | None, *, download: bool = True, train: bool = False) -> Split:

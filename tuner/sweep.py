@@ -384,16 +384,9 @@ def _claim(sweep: SweepConfig) -> SweepPaths:
 
 
 def _load_data(sweep: SweepConfig) -> Any:
-    from tuner.data import load_training_data
+    from tuner.data import load_data
 
-    return load_training_data(
-        sweep.data.dataset,
-        sweep.data.root,
-        val_fraction=sweep.data.val_fraction,
-        train_subset=sweep.data.train_subset,
-        seed=sweep.seed,
-        download=sweep.data.download,
-    )
+    return load_data(sweep.data, seed=sweep.seed)
 
 
 def _check_resumable(sweep: SweepConfig, paths: SweepPaths) -> None:

@@ -1,0 +1,153 @@
+"""A user's own images, as an image folder and as Parquet, built here from real MNIST
+images: listed, checked and decoded to the same uint8 pixels; the cache; bad inputs."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from integration_helpers import data_root
+
+from tuner import sources
+from tuner.data import load_split, resolve_root
+from tuner.errors import TunerError
+
+
+def _mnist(n: int, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    split = load_split("mnist", resolve_root(str(data_root())), True)
+    return split.images[offset : offset + n, 0], split.labels[offset : offset + n]
+
+
+def _png(image: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _folder(root, splits: dict[str, int]):
+    """root/<split>/<digit>/<n>.png from consecutive MNIST images."""
+    offset = 0
+    for split, n in splits.items():
+        images, labels = _mnist(n, offset)
+        offset += n
+        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+            folder = root / split / str(label)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{i:05d}.png").write_bytes(_png(image))
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_an_image_folder_decodes_to_the_same_pixels_as_the_idx_files(tmp_path):
+    root = _folder(tmp_path / "digits", {"train": 300, "test": 50})
+    source = sources.list_image_folder(str(root))
+    assert source.classes == [str(d) for d in range(10)] and set(source.splits) == {"train", "test"}
+    got, cached = sources.decoded(source, None, 1)
+    assert not cached
+    images, labels = _mnist(300)
+    order = np.argsort(labels, kind="stable")  # the folder lists class by class
+    train_x, train_y = got["train"]
+    assert train_x.shape == (300, 1, 28, 28) and train_x.dtype == np.uint8
+    assert np.array_equal(train_y, labels[order])
+    assert np.array_equal(train_x[:, 0], images[order])
+    again, cached = sources.decoded(sources.list_image_folder(str(root)), None, 1)
+    assert cached and np.array_equal(again["train"][0], train_x)
+    changed = source.splits["train"].files[0]
+    changed.write_bytes(changed.read_bytes())  # rewritten (a new mtime): decoded again
+    _, cached = sources.decoded(sources.list_image_folder(str(root)), None, 1)
+    assert not cached
+
+
+def test_parquet_with_string_labels_and_a_resize(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels = _mnist(120)
+    names = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    (tmp_path / "data").mkdir()
+    for part in range(2):
+        rows = slice(part * 60, (part + 1) * 60)
+        table = pa.table({"png": [_png(i) for i in images[rows]], "digit": [names[d] for d in labels[rows]]})
+        pq.write_table(table, tmp_path / "data" / f"part-{part}.parquet")
+    source = sources.list_parquet(str(tmp_path / "data"), "png", "digit")
+    assert source.classes == sorted(names)
+    got, _ = sources.decoded(source, 32, 3)
+    x, y = got["train"]
+    assert x.shape == (120, 3, 32, 32)
+    assert [source.classes[i] for i in y] == [names[d] for d in labels]
+
+
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("no_folder", "is not a folder"),
+        ("no_train", "has no train/ folder"),
+        ("empty_class", "has no images"),
+        ("unreadable", "7/00000.png: not a readable image"),
+        ("mixed_sizes", "set data.image_size"),
+    ],
+)
+def test_a_bad_image_folder_is_one_line_naming_the_file(tmp_path, case, words):
+    root = tmp_path / "digits"
+    if case != "no_folder":
+        _folder(root, {"train": 60})
+    if case == "no_train":
+        (root / "train").rename(root / "training")
+    elif case == "empty_class":
+        (root / "train" / "extra").mkdir()
+    elif case == "unreadable":
+        (root / "train" / "7" / "00000.png").write_bytes(b"not a png")
+    elif case == "mixed_sizes":
+        from PIL import Image
+
+        Image.new("L", (40, 40)).save(root / "train" / "1" / "99999.png")
+    with pytest.raises(TunerError) as raised:
+        sources.decoded(sources.list_image_folder(str(root)), None, 1)
+    assert words in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_bad_label_column_is_one_line(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, _ = _mnist(2)
+    pngs = [_png(i) for i in images]
+    pq.write_table(pa.table({"image": pngs, "label": [1.5, 2.5]}), tmp_path / "floats.parquet")
+    with pytest.raises(TunerError, match=r"floats.parquet:row 0: data.label_column 'label' holds 1.5; labels must be"):
+        sources.list_parquet(str(tmp_path / "floats.parquet"), "image", "label")
+    (tmp_path / "mixed").mkdir()
+    pq.write_table(pa.table({"image": pngs, "label": [1, 2]}), tmp_path / "mixed" / "a.parquet")
+    pq.write_table(pa.table({"image": pngs, "label": ["x", "y"]}), tmp_path / "mixed" / "b.parquet")
+    with pytest.raises(TunerError, match="mixes integers and strings"):
+        sources.list_parquet(str(tmp_path / "mixed"), "image", "label")
+
+
+def test_a_missing_label_column_names_the_columns_there(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels = _mnist(2)
+    pq.write_table(pa.table({"image": [_png(i) for i in images], "y": labels}), tmp_path / "x.parquet")
+    with pytest.raises(TunerError, match=r"x.parquet: no column 'label' \(data.label_column\); its columns: image, y"):
+        sources.list_parquet(str(tmp_path / "x.parquet"), "image", "label")
+
+
+def test_an_image_folder_becomes_training_data_with_its_classes_and_statistics(tmp_path):
+    from tuner.config import DataConfig
+    from tuner.data import DATASETS, load_data
+
+    root = _folder(tmp_path / "digits", {"train": 400, "test": 40})
+    data = load_data(DataConfig(dataset="image_folder", path=str(root), channels=1, val_fraction=0.25), seed=0)
+    assert (len(data.train), len(data.val), len(data.test)) == (300, 100, 40)
+    assert data.classes == tuple(str(d) for d in range(10)) and data.num_classes == 10
+    assert (data.channels, data.size) == (1, 28)
+    # The statistics of these 300 MNIST digits are close to the whole set's published ones.
+    assert abs(data.mean[0] - DATASETS["mnist"].mean[0]) < 0.02
+    assert abs(data.std[0] - DATASETS["mnist"].std[0]) < 0.02
