@@ -328,7 +328,8 @@ class SweepConfig(Strict):
 
 def searchable_params(model: BaseModel) -> dict[str, type[BaseModel]]:
     """Hyperparameter name -> the section that defines it."""
-    names = {n: TrainConfig for n in TrainConfig.model_fields if n != "epochs"}
+    names: dict[str, type[BaseModel]] = {n: TrainConfig for n in TrainConfig.model_fields if n != "epochs"}
+    names["augment"] = DataConfig  # e.g. {choice: [[], [random_crop, horizontal_flip]]}
     names.update({n: type(model) for n in type(model).model_fields if n != "name"})
     return names
 
@@ -392,7 +393,7 @@ def _check_space(cfg: SweepConfig) -> None:
                     args=list(spec.args),
                 )
             for value in spec.representative_values():
-                data = {name: value} if section is TrainConfig else {"name": cfg.model.name, name: value}
+                data = {name: value} if section in (TrainConfig, DataConfig) else {"name": cfg.model.name, name: value}
                 try:
                     section.model_validate(data)
                 except ValidationError as error:

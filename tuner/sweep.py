@@ -234,6 +234,8 @@ def build_tuner(
         direct=sweep.scaling.direct,
         fail_once_at_epoch=int(fail_at) if fail_at else None,
         train_on_cpu=os.environ.get("TUNER_TEST_TRAIN_ON_CPU") == "1",
+        augment=tuple(sweep.data.augment),
+        crop_padding=sweep.data.crop_padding,
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),

@@ -57,6 +57,8 @@ class TrialSetup:
     direct: bool = False  # run the loop in the trial's process (workers == 1)
     fail_once_at_epoch: int | None = None  # test-only fault switch (TUNER_TEST_FAIL_AT_EPOCH)
     train_on_cpu: bool = False  # test-only: GPUs declared to Ray, none present (TUNER_TEST_TRAIN_ON_CPU)
+    augment: tuple[str, ...] = ()  # data.augment (a trial may sample its own)
+    crop_padding: int = 4
 
 
 # A trial's CPUs are reserved by Tune, one bundle per worker in the trial's placement
@@ -167,6 +169,8 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         ),
         "entered_at": entered_at,
         "train_on_cpu": setup.train_on_cpu,
+        "augment": [str(name) for name in sampled.get("augment", setup.augment)],
+        "crop_padding": setup.crop_padding,
     }
     if setup.direct:
         run_training(loop, _TuneSession(setup.use_gpu))
@@ -272,8 +276,12 @@ class _Shards:
         per_rank = len(order) // self.world
         return order[self.rank * per_rank : (self.rank + 1) * per_rank].to(self.device)
 
-    def batch(self, images: torch.Tensor, labels: torch.Tensor, index: torch.Tensor):
-        return normalise(images[index], self.mean, self.std), labels[index]
+    def batch(self, images: torch.Tensor, labels: torch.Tensor, index: torch.Tensor, augmented: Any = None):
+        """Normalised float images and their labels; ``augmented`` changes the uint8 batch first."""
+        chosen = images[index]
+        if augmented is not None:
+            chosen = augmented(chosen)
+        return normalise(chosen, self.mean, self.std), labels[index]
 
 
 class _Session:
@@ -365,6 +373,17 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     run_training(loop, _TrainSession(loop))
 
 
+def _augmentation(loop: dict[str, Any], device: torch.device, epoch: int, rank: int) -> Any:
+    """The epoch's augmentation of uint8 batches (tuner/augment.py), seeded per trial,
+    epoch and rank so a resumed epoch repeats it; None without data.augment."""
+    if not loop["augment"]:
+        return None
+    from tuner import augment
+
+    generator = augment.generator_for(device, loop["seed"], epoch, rank)
+    return lambda x: augment.apply(x, loop["augment"], padding=loop["crop_padding"], generator=generator)
+
+
 def run_training(loop: dict[str, Any], session: _Session) -> None:
     """Train, evaluate, checkpoint and report every epoch (one worker's share under DDP)."""
     import ray
@@ -410,6 +429,7 @@ def run_training(loop: dict[str, Any], session: _Session) -> None:
         started = time.perf_counter()
         model.train()
         indices = shards.epoch_indices(loop["seed"], epoch)
+        augmented = _augmentation(loop, device, epoch, rank)
         loss_sum = torch.zeros((), device=device)
         for step, begin in enumerate(range(0, len(indices), batch_size)):
             lr = learning_rate(
@@ -417,7 +437,7 @@ def run_training(loop: dict[str, Any], session: _Session) -> None:
             )
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            x, y = shards.batch(shards.train_x, shards.train_y, indices[begin : begin + batch_size])
+            x, y = shards.batch(shards.train_x, shards.train_y, indices[begin : begin + batch_size], augmented)
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
