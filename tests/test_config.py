@@ -402,7 +402,8 @@ BAD = [
         "unknown_dataset",
         "data:\n  dataset: imagenet\n",
         2,
-        r"data\.dataset: input should be 'mnist', 'fashion_mnist', 'cifar10', 'image_folder' or 'parquet', but got 'imagenet'$",
+        r"data\.dataset: input should be 'mnist', 'fashion_mnist', 'cifar10', 'image_folder' or 'parquet', "
+        r"but got 'imagenet'$",
         "'imagenet'",
     ),
     Bad(
