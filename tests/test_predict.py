@@ -211,7 +211,7 @@ def test_predict_cli_on_the_mnist_test_split(exports, tmp_path):
     result = _tuner("predict", exports.state_dict, "--data", "mnist:test", "--out", out)
     assert result.returncode == 0, result.stderr
     header, rows = _read_csv(out)
-    assert header == ["index", "predicted", "confidence", "label"]
+    assert header == ["index", "predicted", "predicted_name", "confidence", "label"]
     assert len(rows) == 10000
     assert [int(r["index"]) for r in rows] == list(range(10000))
     confidences = np.array([float(r["confidence"]) for r in rows])
@@ -249,8 +249,8 @@ def test_npy_and_png_folder_inputs_predict_the_same(exports, tmp_path):
 
     npy_header, npy_rows = _read_csv(npy_out)
     folder_header, folder_rows = _read_csv(folder_out)
-    assert npy_header == ["index", "predicted", "confidence"]
-    assert folder_header == ["index", "file", "predicted", "confidence"]
+    assert npy_header == ["index", "predicted", "predicted_name", "confidence"]
+    assert folder_header == ["index", "file", "predicted", "predicted_name", "confidence"]
     assert [r["file"] for r in folder_rows] == sorted(names)
     assert [(r["predicted"], r["confidence"]) for r in npy_rows] == [
         (r["predicted"], r["confidence"]) for r in folder_rows
@@ -268,7 +268,7 @@ def test_idx_file_input_matches_the_data_set_split(exports, test_set_classes, tm
     summary = predict_to_csv(exports.state_dict, str(idx), tmp_path / "idx.csv")
     assert summary["images"] == 10000 and "accuracy" not in summary
     header, rows = _read_csv(tmp_path / "idx.csv")
-    assert header == ["index", "predicted", "confidence"]
+    assert header == ["index", "predicted", "predicted_name", "confidence"]
     assert [int(r["predicted"]) for r in rows] == test_set_classes.tolist()
 
 

@@ -227,7 +227,7 @@ def cmd_best(args: argparse.Namespace) -> int:
         from tuner.store import read_json
 
         metrics = read_json(exported, what="export's metrics.json")
-        if metrics.get("trial_id") == best.trial_id and "test_accuracy" in metrics:
+        if metrics.get("trial_id") == best.trial_id and metrics.get("test_accuracy") is not None:
             print(f"test_accuracy: {metrics['test_accuracy']:.4f} (exported in {_best_where(paths)})")
     return 0
 
@@ -255,7 +255,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     metrics = exported.metrics
     print(
         f"exported trial {metrics['trial_id']} at epoch {metrics['epoch']} ({args.format}) to {to}: "
-        f"{sweep.metric}={metrics[sweep.metric]:.4f}, test_accuracy={metrics['test_accuracy']:.4f}"
+        f"{sweep.metric}={metrics[sweep.metric]:.4f}, {_test_score(metrics)}"
     )
     return 0
 
@@ -322,8 +322,7 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any) -> None:
     best = paths.best
     print(
         f"\nbest trial {metrics['trial_id']} at epoch {metrics['epoch']}: "
-        f"{sweep.metric}={metrics[sweep.metric]:.4f}, test_accuracy={metrics['test_accuracy']:.4f} "
-        f"on {metrics['test_images']} test images"
+        f"{sweep.metric}={metrics[sweep.metric]:.4f}, {_test_score(metrics)}"
     )
     hyper = yaml.safe_load((best / "config.yaml").read_text())["hyperparameters"]
     print("  hyperparameters: " + ", ".join(f"{k}={_short(v)}" for k, v in hyper.items()))
@@ -340,6 +339,12 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any) -> None:
     if not paths.remote:
         print(f"                python -m tuner ui {_shown(paths.root.parent)}   (TensorBoard and MLflow UIs)")
     print(f"                python -m tuner status {where}")
+
+
+def _test_score(metrics: dict[str, Any]) -> str:
+    if metrics.get("test_accuracy") is None:
+        return "no test score (the data have no test split: add test/ beside train/)"
+    return f"test_accuracy={metrics['test_accuracy']:.4f} on {metrics['test_images']} test images"
 
 
 def _shown(path: Any) -> str:

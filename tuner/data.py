@@ -266,6 +266,34 @@ def _load_own(config, *, seed: int) -> TrainingData:
     )
 
 
+def describe(config, *, seed: int) -> dict:
+    """What a model trained on these data needs to know of them (the export's ``data``):
+    shape, classes and normalisation; a user's own data are loaded (from the cache)."""
+    if config.dataset in DATASETS:
+        info = DATASETS[config.dataset]
+        shape = {"channels": info.channels, "size": info.size, "num_classes": info.num_classes}
+        stats = {"mean": list(info.mean), "std": list(info.std), "classes": list(CLASS_NAMES[config.dataset])}
+        return {"dataset": config.dataset, **shape, **stats}
+    data = load_data(config, seed=seed)
+    return {
+        "dataset": config.dataset,
+        "channels": data.channels,
+        "size": data.size,
+        "num_classes": data.num_classes,
+        "mean": list(data.mean),
+        "std": list(data.std),
+        "classes": list(data.classes),
+    }
+
+
+def test_split(config, *, seed: int) -> Split | None:
+    """The held-out test images: a built-in set's test split, or a user's ``test/`` (None
+    when their data have none)."""
+    if config.dataset in DATASETS:
+        return load_test_split(config.dataset, config.root, download=config.download)
+    return load_data(config, seed=seed).test
+
+
 def channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Per-channel mean and std of uint8 ``[N, C, H, W]`` images on the 0-1 scale (in
     chunks: no float copy of the whole set)."""

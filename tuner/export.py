@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import yaml
 
-from tuner.data import DATASETS, load_test_split, normalise
+from tuner.data import describe, load_data, normalise, test_split
 from tuner.errors import TunerError
 from tuner.models import build_model
 
@@ -166,7 +166,7 @@ def export_best(
     )
     sampled = {k: _plain(v) for k, v in best.config.items()}
     train, model_options = resolve_hyperparameters(setup, sampled)
-    info = DATASETS[sweep.data.dataset]
+    described = describe(sweep.data, seed=sweep.seed)
     config = {
         "sweep": sweep.name,
         "trial_id": val_metrics["trial_id"],
@@ -174,29 +174,27 @@ def export_best(
         "hyperparameters": sampled,
         "model": {"name": sweep.model.name, "options": model_options},
         "train": train,
-        "data": {
-            "dataset": sweep.data.dataset,
-            "channels": info.channels,
-            "size": info.size,
-            "num_classes": info.num_classes,
-            "mean": list(info.mean),
-            "std": list(info.std),
-        },
+        "data": described,
         "metric": {"name": sweep.metric, "mode": sweep.mode},
     }
     with checkpoint.as_directory() as folder:  # a checkpoint at a storage URI is fetched first
         state = _load_checkpoint(folder)
     model = build_model(
         sweep.model.name,
-        in_channels=info.channels,
-        num_classes=info.num_classes,
-        image_size=info.size,
+        in_channels=described["channels"],
+        num_classes=described["num_classes"],
+        image_size=described["size"],
         options=model_options,
     )
     model.load_state_dict(state["model"])
     exported = ExportedModel(model, config, {})
-    test = load_test_split(sweep.data.dataset, sweep.data.root, download=sweep.data.download)
-    test_loss, test_accuracy = evaluate(exported, test.images, test.labels)
+    test = test_split(sweep.data, seed=sweep.seed)
+    if test is not None:
+        test_loss, test_accuracy = evaluate(exported, test.images, test.labels)
+        example = test.images[:2]
+    else:  # a user's data without test/: no test score, said so
+        test_loss = test_accuracy = None
+        example = load_data(sweep.data, seed=sweep.seed).val.images[:2]
     metrics = {
         "trial_id": config["trial_id"],
         "epoch": config["epoch"],
@@ -205,13 +203,13 @@ def export_best(
         "train_loss": float(val_metrics["train_loss"]),
         "test_accuracy": test_accuracy,
         "test_loss": test_loss,
-        "test_images": int(len(test.labels)),
+        "test_images": int(len(test.labels)) if test is not None else 0,
         "checkpoint": _where(checkpoint),
     }
     config["format"] = format
-    write_package(to, model, config, metrics, format=format, example=test.images[:2], overwrite=overwrite)
+    write_package(to, model, config, metrics, format=format, example=example, overwrite=overwrite)
     exported.metrics = metrics
-    exported.example = test.images[:2]
+    exported.example = example
     return exported
 
 

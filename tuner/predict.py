@@ -99,7 +99,7 @@ def check_output(out: Path) -> None:
 
 
 def predict_to_csv(model_dir: str | Path, spec: str, out: str | Path, *, batch_size: int = 1024) -> dict[str, float]:
-    """Write ``index[,file],predicted,confidence[,label]`` rows; returns a short summary."""
+    """Write ``index[,file],predicted,predicted_name,confidence[,label]`` rows; returns a short summary."""
     check_output(Path(out))
     model = load_best(model_dir)
     inputs = load_inputs(spec, model)
@@ -118,7 +118,7 @@ def predict_to_csv(model_dir: str | Path, spec: str, out: str | Path, *, batch_s
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        _write_csv(out, inputs, predicted, confidence)
+        _write_csv(out, inputs, predicted, confidence, _class_names(model))
     except OSError as error:
         raise storage_error(out, error) from None
     summary = {"images": total, "seconds": time.perf_counter() - started}
@@ -127,7 +127,16 @@ def predict_to_csv(model_dir: str | Path, spec: str, out: str | Path, *, batch_s
     return summary
 
 
-def _write_csv(out: Path, inputs: Inputs, predicted: np.ndarray, confidence: np.ndarray) -> None:
+def _class_names(model: ExportedModel) -> list[str]:
+    """What each class index means: recorded in the export (folder names for an image
+    folder), else the built-in data set's names."""
+    from tuner.data import CLASS_NAMES
+
+    data = model.config["data"]
+    return list(data.get("classes") or CLASS_NAMES.get(data["dataset"], ()))
+
+
+def _write_csv(out: Path, inputs: Inputs, predicted: np.ndarray, confidence: np.ndarray, names: list[str]) -> None:
     """The CSV in a temporary file beside ``out``, renamed into place when whole."""
     total = len(predicted)
     handle = tempfile.NamedTemporaryFile("w", newline="", dir=out.parent, prefix=f".{out.name}.", delete=False)
@@ -136,10 +145,11 @@ def _write_csv(out: Path, inputs: Inputs, predicted: np.ndarray, confidence: np.
         with handle:
             os.fchmod(handle.fileno(), 0o666 & ~umask())
             writer = csv.writer(handle)
-            header = ["index", *(["file"] if inputs.names else []), "predicted", "confidence"]
+            header = ["index", *(["file"] if inputs.names else []), "predicted", "predicted_name", "confidence"]
             writer.writerow(header + (["label"] if inputs.labels is not None else []))
             for index in range(total):
                 row = [index, *([inputs.names[index]] if inputs.names else []), int(predicted[index])]
+                row.append(names[int(predicted[index])] if int(predicted[index]) < len(names) else "")
                 row.append(f"{confidence[index]:.6f}")
                 if inputs.labels is not None:
                     row.append(int(inputs.labels[index]))

@@ -196,7 +196,8 @@ class SweepRecord:
 
         parent = self.parent_run_id
         for key in ("val_accuracy", "val_loss", "test_accuracy", "test_loss"):
-            self.client.log_metric(parent, f"best_{key}", float(best[key]))
+            if best.get(key) is not None:  # no test score for a user's data without test/
+                self.client.log_metric(parent, f"best_{key}", float(best[key]))
         self.client.set_tag(parent, "tuner.best_trial_id", best["trial_id"])
         for name in ("config.yaml", "metrics.json"):
             self.client.log_artifact(parent, str(best_dir / name), artifact_path="best")
@@ -237,7 +238,7 @@ class SweepRecord:
             for key, value in (
                 ("sweep", self.paths.root.name),  # the folder: <name>, or <name>-2 for a second run
                 ("trial_id", best["trial_id"]),
-                ("test_accuracy", f"{best['test_accuracy']:.4f}"),
+                ("test_accuracy", "none" if best["test_accuracy"] is None else f"{best['test_accuracy']:.4f}"),
             ):
                 self.client.set_model_version_tag(name, str(version), key, value)
             self.model = {**chosen, "version": str(version)}
@@ -348,7 +349,7 @@ def served_model_files(exported: Any, folder: Path) -> tuple[dict[str, str], Any
         warnings.simplefilter("ignore")  # tracing notes, torch.jit's deprecation notice
         traced = torch.jit.trace(exported.model.eval(), torch.from_numpy(exported.example_input()))
         torch.jit.save(traced, str(network))
-    classes = list(CLASS_NAMES[data["dataset"]])
+    classes = list(data.get("classes") or CLASS_NAMES[data["dataset"]])  # exports before classes were recorded
     settings = folder / "settings.json"
     keys = ("mean", "std", "channels", "size")
     settings.write_text(json.dumps({**{k: data[k] for k in keys}, "classes": classes}, indent=2))
