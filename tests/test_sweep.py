@@ -225,7 +225,7 @@ def test_trials_map_the_nodes_one_copy_of_the_data(local_ray):
     import torch
 
     from tuner.data import Split, TrainingData
-    from tuner.trial import _Shards
+    from tuner.loop import InMemoryData
 
     split = Split(np.zeros((2000, 1, 28, 28), dtype=np.uint8), np.zeros(2000, dtype=np.int64))
     data = TrainingData("mnist", split, split, (0.1,), (0.3,), 10, 1, 28)
@@ -234,10 +234,10 @@ def test_trials_map_the_nodes_one_copy_of_the_data(local_ray):
     @local_ray.remote(num_cpus=0)
     def shared_in_trial(refs) -> tuple[bool, bool]:
         held = local_ray.get(refs[0])
-        shards = _Shards(held, torch.device("cpu"), 0, 1)
+        shards = InMemoryData(held, torch.device("cpu"), 0, 1)
         same_memory = shards.train_x.data_ptr() == held.train.images.ctypes.data
         return held.train.images.flags.writeable, same_memory
 
     writeable, same_memory = local_ray.get(shared_in_trial.remote([ref]))
     assert not writeable, "the trial got a private copy, not the object store's buffer"
-    assert same_memory, "_Shards copied the images instead of viewing them"
+    assert same_memory, "InMemoryData copied the images instead of viewing them"

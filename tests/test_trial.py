@@ -73,9 +73,10 @@ def _train(local_ray, **train) -> tuple[list[dict], dict]:
     import torch
 
     from tuner.data import load_training_data
-    from tuner.trial import TrialSetup, _Session, load_state, resolve_hyperparameters, run_training
+    from tuner.loop import Session, load_state, run_training
+    from tuner.trial import TrialSetup, resolve_hyperparameters
 
-    class Collect(_Session):
+    class Collect(Session):
         rank, world, device = 0, 1, torch.device("cpu")
 
         def __init__(self):

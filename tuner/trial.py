@@ -11,8 +11,8 @@
 
 Either way Tune holds real checkpoints (PBT exploits, HyperBand pause/resume, retries
 and the best export all need them; see docs/ray-notes.md), and the loop, its metrics and
-its checkpoints are the same: only the ``_Session`` (rank, device, resume, report)
-differs.
+its checkpoints are the same (tuner/loop.py): only the ``Session`` (rank, device,
+resume, report) differs.
 
 Nothing here reads YAML: the driver receives the sampled hyperparameters and a
 ``TrialSetup`` of plain values.
@@ -20,24 +20,19 @@ Nothing here reads YAML: the driver receives the sampled hyperparameters and a
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 import threading
 import time
 import uuid
-import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from tuner.data import TrainingData, normalise
-from tuner.models import build_model
+from tuner.loop import Session, load_state, run_training
 
-CHECKPOINT_FILE = "checkpoint.pt"
 _FIT_DONE = "__tuner_fit_done__"
 
 
@@ -233,75 +228,9 @@ def _stable_int(text: str) -> int:
 
 
 # --- the Train side ----------------------------------------------------------------------
-def learning_rate(base_lr: float, schedule: str, step: int, total_steps: int) -> float:
-    """The step's learning rate: constant, cosine to zero, or /10 at 50% and 75%."""
-    progress = min(1.0, step / max(1, total_steps))
-    if schedule == "cosine":
-        return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
-    if schedule == "step":
-        return base_lr * (0.1 ** (int(progress >= 0.5) + int(progress >= 0.75)))
-    return base_lr
 
 
-def make_optimizer(model: nn.Module, train: dict[str, Any]) -> torch.optim.Optimizer:
-    params, lr, wd = model.parameters(), train["lr"], train["weight_decay"]
-    if train["optimizer"] == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=train["momentum"], weight_decay=wd, nesterov=True)
-    if train["optimizer"] == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
-    return torch.optim.Adam(params, lr=lr, weight_decay=wd)
-
-
-def load_state(path: str | os.PathLike) -> dict[str, Any]:
-    """A tuner checkpoint's state dict (tensors and plain values only: weights_only)."""
-    return torch.load(Path(path) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
-
-
-class _Shards:
-    """The data on the worker's device, and this rank's share of an epoch."""
-
-    def __init__(self, data: TrainingData, device: torch.device, rank: int, world: int):
-        with warnings.catch_warnings():  # object-store arrays are read-only; we never write
-            warnings.simplefilter("ignore", UserWarning)
-            to = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
-            self.train_x, self.train_y = to(data.train.images), to(data.train.labels)
-            self.val_x, self.val_y = to(data.val.images), to(data.val.labels)
-        self.mean, self.std = data.mean, data.std
-        self.rank, self.world, self.device = rank, world, device
-
-    def epoch_indices(self, seed: int, epoch: int) -> torch.Tensor:
-        """Same permutation on every rank (seeded by epoch), one equal block per rank."""
-        generator = torch.Generator().manual_seed(seed * 10_007 + epoch)
-        order = torch.randperm(len(self.train_y), generator=generator)
-        per_rank = len(order) // self.world
-        return order[self.rank * per_rank : (self.rank + 1) * per_rank].to(self.device)
-
-    def batch(self, images: torch.Tensor, labels: torch.Tensor, index: torch.Tensor, augmented: Any = None):
-        """Normalised float images and their labels; ``augmented`` changes the uint8 batch first."""
-        chosen = images[index]
-        if augmented is not None:
-            chosen = augmented(chosen)
-        return normalise(chosen, self.mean, self.std), labels[index]
-
-
-class _Session:
-    """What the loop needs from whatever runs it: its rank, device, resume state, reports."""
-
-    rank: int
-    world: int
-    device: torch.device
-
-    def resume_state(self) -> dict[str, Any] | None:
-        raise NotImplementedError
-
-    def prepare_model(self, model: nn.Module) -> nn.Module:
-        raise NotImplementedError
-
-    def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
-        raise NotImplementedError
-
-
-class _TrainSession(_Session):
+class _TrainSession(Session):
     """A Ray Train worker of a TorchTrainer (DDP when world > 1)."""
 
     def __init__(self, loop: dict[str, Any]):
@@ -337,7 +266,7 @@ class _TrainSession(_Session):
         ray.train.report(metrics, checkpoint=checkpoint)
 
 
-class _TuneSession(_Session):
+class _TuneSession(Session):
     """The Tune trial's own process (direct mode): one worker, reports straight to Tune."""
 
     rank, world = 0, 1
@@ -371,158 +300,3 @@ class _TuneSession(_Session):
 def train_loop_per_worker(loop: dict[str, Any]) -> None:
     """One worker of a TorchTrainer trial."""
     run_training(loop, _TrainSession(loop))
-
-
-def _augmentation(loop: dict[str, Any], device: torch.device, epoch: int, rank: int) -> Any:
-    """The epoch's augmentation of uint8 batches (tuner/augment.py), seeded per trial,
-    epoch and rank so a resumed epoch repeats it; None without data.augment."""
-    if not loop["augment"]:
-        return None
-    from tuner import augment
-
-    generator = augment.generator_for(device, loop["seed"], epoch, rank)
-    return lambda x: augment.apply(x, loop["augment"], padding=loop["crop_padding"], generator=generator)
-
-
-def run_training(loop: dict[str, Any], session: _Session) -> None:
-    """Train, evaluate, checkpoint and report every epoch (one worker's share under DDP)."""
-    import ray
-
-    rank, world, device = session.rank, session.world, session.device
-    torch.set_num_threads(loop["threads"])
-    torch.manual_seed(loop["seed"])
-    train = loop["train"]
-    data: TrainingData = ray.get(loop["data_ref"])  # zero-copy views of the node's one copy
-    nodes = _node_ids(world)
-    shards = _Shards(data, device, rank, world)
-
-    model = build_model(
-        loop["model_name"],
-        in_channels=data.channels,
-        num_classes=data.num_classes,
-        image_size=data.size,
-        options=loop["model_options"],
-    )
-    start_epoch, resumed_from = 0, ""
-    state = session.resume_state()
-    if state is not None:
-        model.load_state_dict(state["model"])
-        start_epoch, resumed_from = int(state["epoch"]), str(state["trial_id"])
-    channels_last = device.type == "cuda"  # faster convolutions under AMP on tensor cores
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    model = session.prepare_model(model)
-    optimizer = make_optimizer(model, train)
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
-        for group in optimizer.param_groups:  # PBT may have mutated these
-            group.update(lr=train["lr"], weight_decay=train["weight_decay"])
-    amp_dtype = _amp_dtype(device, train["amp"])
-    scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=train["label_smoothing"])
-    batch_size, epochs = train["batch_size"], train["epochs"]
-    steps_per_epoch = math.ceil(len(shards.train_y) // world / batch_size)
-    first_step_at = time.time()  # this (re)start's first training step begins now
-    timing = {"entered_at": loop["entered_at"], "first_step_at": first_step_at}
-
-    for epoch in range(start_epoch, epochs):
-        started = time.perf_counter()
-        model.train()
-        indices = shards.epoch_indices(loop["seed"], epoch)
-        augmented = _augmentation(loop, device, epoch, rank)
-        loss_sum = torch.zeros((), device=device)
-        for step, begin in enumerate(range(0, len(indices), batch_size)):
-            lr = learning_rate(
-                train["lr"], train["lr_schedule"], epoch * steps_per_epoch + step, epochs * steps_per_epoch
-            )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            x, y = shards.batch(shards.train_x, shards.train_y, indices[begin : begin + batch_size], augmented)
-            if channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                loss = loss_fn(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            loss_sum += loss.detach() * len(y)
-        _maybe_fail_once(loop, epoch)
-        val_loss, val_accuracy, train_loss = _evaluate(
-            model, shards, loss_fn, amp_dtype, loss_sum, len(indices) * world
-        )
-        compute_s = time.perf_counter() - started
-        metrics = {
-            "epoch": epoch + 1,
-            "train_loss": train_loss,
-            "val_loss": val_loss,
-            "val_accuracy": val_accuracy,
-            "lr": lr,
-            "compute_s": compute_s,
-            "images_per_s": len(indices) * world / compute_s,
-            "resumed_from": resumed_from,
-            "world_size": world,
-            "nodes": nodes,
-            **timing,
-        }
-        with tempfile.TemporaryDirectory() as folder:
-            if rank == 0:
-                unwrapped = model.module if hasattr(model, "module") else model
-                torch.save(
-                    {
-                        "model": unwrapped.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "epoch": epoch + 1,
-                        "trial_id": loop["trial_id"],
-                    },
-                    Path(folder) / CHECKPOINT_FILE,
-                )
-            session.report(metrics, folder if rank == 0 else None)
-
-
-def _node_ids(world: int) -> str:
-    """The Ray node of each rank, in rank order: where this (re)start of the trial runs."""
-    import ray
-
-    node = ray.get_runtime_context().get_node_id()
-    if world == 1:
-        return node
-    nodes: list[str] = [""] * world
-    torch.distributed.all_gather_object(nodes, node)
-    return ",".join(nodes)
-
-
-def _amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
-    if not enabled or device.type != "cuda":
-        return None
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-
-
-@torch.no_grad()
-def _evaluate(model, shards: _Shards, loss_fn, amp_dtype, train_loss_sum, train_count) -> tuple[float, float, float]:
-    """Validation loss/accuracy over every rank's share, plus the epoch's train loss."""
-    model.eval()
-    index = torch.arange(shards.rank, len(shards.val_y), shards.world, device=shards.device)
-    totals = torch.zeros(4, dtype=torch.float64, device=shards.device)  # loss, correct, n, train loss
-    for begin in range(0, len(index), 1024):
-        x, y = shards.batch(shards.val_x, shards.val_y, index[begin : begin + 1024])
-        with torch.autocast(shards.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            logits = model(x)
-        totals[0] += loss_fn(logits.float(), y).item() * len(y)
-        totals[1] += (logits.argmax(1) == y).sum()
-        totals[2] += len(y)
-    totals[3] = train_loss_sum
-    if shards.world > 1:
-        torch.distributed.all_reduce(totals)
-    return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item(), (totals[3] / train_count).item()
-
-
-def _maybe_fail_once(loop: dict[str, Any], epoch: int) -> None:
-    """Test-only: raise once, at the given epoch, to prove retries resume from a checkpoint."""
-    if loop["fail_once_at_epoch"] is None or epoch + 1 != loop["fail_once_at_epoch"]:
-        return
-    marker = Path(loop["fail_marker"])
-    if not marker.exists():
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text("failed once on purpose\n")
-        raise RuntimeError(f"injected fault at epoch {epoch + 1} (TUNER_TEST_FAIL_AT_EPOCH)")
