@@ -151,3 +151,16 @@ def test_an_image_folder_becomes_training_data_with_its_classes_and_statistics(t
     # The statistics of these 300 MNIST digits are close to the whole set's published ones.
     assert abs(data.mean[0] - DATASETS["mnist"].mean[0]) < 0.02
     assert abs(data.std[0] - DATASETS["mnist"].std[0]) < 0.02
+
+
+def test_headers_are_checked_without_decoding_and_name_the_odd_file(tmp_path):
+    from PIL import Image
+
+    root = _folder(tmp_path / "digits", {"train": 40})
+    source = sources.list_image_folder(str(root))
+    assert sources.check(source.splits["train"], None) == (28, 28)
+    Image.new("L", (40, 30)).save(root / "train" / "1" / "99999.png")
+    listing = sources.list_image_folder(str(root)).splits["train"]
+    with pytest.raises(TunerError, match=r"99999.png: 40x30 px, but .* is 28x28; set data.image_size"):
+        sources.check(listing, None)
+    assert sources.check(listing, 32) == (28, 28)  # resized anyway: any sizes will do

@@ -181,6 +181,31 @@ def _split_of(file: Path) -> str:
     return "train"
 
 
+# --- checking, before Ray starts ----------------------------------------------------------------
+def check(listing: Listing, size: int | None) -> tuple[int, int] | None:
+    """Open every image's header (no pixels decoded): an unreadable file, or sizes that
+    differ without ``size`` to resize them, is one line naming the file. Returns the
+    common (width, height) when there is one."""
+    from PIL import Image, UnidentifiedImageError
+
+    items: Sequence[bytes | Path] = listing.files if listing.files is not None else listing.encoded or []
+    first: tuple[str, tuple[int, int]] | None = None
+    for item, where in zip(items, listing.where, strict=True):
+        try:
+            with Image.open(io.BytesIO(item) if isinstance(item, bytes) else item) as image:
+                dimensions = image.size
+        except (UnidentifiedImageError, OSError, ValueError) as error:
+            raise TunerError(f"{where}: not a readable image ({type(error).__name__}: {error})") from None
+        if first is None:
+            first = (where, dimensions)
+        elif size is None and dimensions != first[1]:
+            raise TunerError(
+                f"{where}: {dimensions[0]}x{dimensions[1]} px, but {first[0]} is {first[1][0]}x{first[1][1]}; "
+                "set data.image_size to resize them all"
+            )
+    return None if first is None else first[1]
+
+
 # --- decoding ------------------------------------------------------------------------------------
 def decode_one(data: bytes | Path, where: str, size: int | None, channels: int) -> np.ndarray:
     """One image -> uint8 ``[C, H, W]``: converted to L or RGB, resized to ``size`` if given."""
