@@ -89,6 +89,11 @@ def check_cluster_paths(sweep: SweepConfig, file: str) -> None:
             f"{file}: data.root: a job needs a path that exists on the cluster's nodes, but got the relative "
             f"{sweep.data.root!r}; give an absolute path, or leave it out to use the cluster's $TUNER_DATA_DIR"
         )
+    if sweep.data.path is not None and not _is_absolute(sweep.data.path):
+        raise TunerError(
+            f"{file}: data.path: a job needs a path that exists on the cluster's nodes, but got the relative "
+            f"{sweep.data.path!r}; give an absolute path on storage the cluster reaches"
+        )
 
 
 def _is_absolute(path: str) -> bool:

@@ -286,9 +286,11 @@ def cache_key(source: Source, size: int | None, channels: int, extra: dict[str, 
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def decoded(source: Source, size: int | None, channels: int, extra: dict[str, Any] | None = None):
-    """``{split: (images, labels)}`` from the cache, else decoded and cached; and whether
-    it came from the cache."""
+def decoded(source: Source, size: int | None, channels: int, extra: dict[str, Any] | None = None, decoder: Any = None):
+    """``{split: (images, labels)}`` from the cache, else checked, decoded (by ``decoder``:
+    ``decode`` here, or ``decode_in_parallel`` on a running Ray) and cached; and whether it
+    came from the cache."""
+    decoder = decoder or decode
     path = cache_dir() / f"{cache_key(source, size, channels, extra)}.npz"
     if path.is_file():
         try:
@@ -296,7 +298,9 @@ def decoded(source: Source, size: int | None, channels: int, extra: dict[str, An
                 return {s: (saved[f"{s}_x"], saved[f"{s}_y"]) for s in source.splits}, True
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache entry is decoded again and replaced
-    result = {s: (decode(listing, size, channels), listing.labels) for s, listing in source.splits.items()}
+    for listing in source.splits.values():  # every header first: a bad file is named before any decoding
+        check(listing, size)
+    result = {s: (decoder(listing, size, channels), listing.labels) for s, listing in source.splits.items()}
     buffer = io.BytesIO()
     np.savez(buffer, **{f"{s}_{k}": v for s, (x, y) in result.items() for k, v in (("x", x), ("y", y))})
     try:
