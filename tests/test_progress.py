@@ -86,7 +86,7 @@ def test_on_a_terminal_one_view_shows_counts_running_trials_the_best_and_time_le
 def test_a_resumed_sweep_starts_from_its_recorded_best_and_names_its_hyperparameters():
     progress = _progress()
     progress.seed(BestEpoch(trial_id="b_00001", epoch=2, value=0.97, row={}))
-    assert progress.best_line() == "best so far: b_00001 val_accuracy=0.9700 at epoch 2 ()"
+    assert progress.best_line() == "best so far: b_00001 val_accuracy=0.9700 at epoch 2"  # config not known yet
     progress.observe([_trial("a_00000", 0.002), _trial("b_00001", 0.001, "TERMINATED", 3, 0.96)])
     assert progress.best_line() == "best so far: b_00001 val_accuracy=0.9700 at epoch 2 (lr=0.001)"
     assert progress.result(_trial("a_00000", 0.002), {"training_iteration": 1, "val_accuracy": 0.9}) is None

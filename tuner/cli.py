@@ -325,7 +325,8 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any) -> None:
         f"{sweep.metric}={metrics[sweep.metric]:.4f}, {_test_score(metrics)}"
     )
     hyper = yaml.safe_load((best / "config.yaml").read_text())["hyperparameters"]
-    print("  hyperparameters: " + ", ".join(f"{k}={_short(v)}" for k, v in hyper.items()))
+    if hyper:  # nothing searched: no line
+        print("  hyperparameters: " + ", ".join(f"{k}={_short(v)}" for k, v in hyper.items()))
     print(f"  exported to {_best_where(paths)}")
     if metrics.get("model_version"):
         from tuner.tracking import registered_model_name, tracking_uri

@@ -76,6 +76,7 @@ class DataConfig(Strict):
     image_column: str = "image"  # parquet: encoded PNG/JPEG bytes
     label_column: str = "label"  # parquet: integer or string labels
     streaming: Literal["auto", True, False] = "auto"  # stream with Ray Data when too big for memory
+    object_store_share: float = Field(0.5, gt=0, le=1)  # auto: stream when decoded > this share of the store
     augment: list[Literal["random_crop", "horizontal_flip"]] = Field(default_factory=list)
     crop_padding: int = Field(4, ge=0, le=64)  # random_crop: pad, then crop back to size
     val_fraction: float = Field(0.1, gt=0, lt=1)  # held out of the training set
@@ -431,6 +432,12 @@ def _check_pairs(cfg: SweepConfig) -> None:
             "space.params: grid values need the random or grid searcher, but got searcher {searcher!r} "
             "(use choice instead)",
             searcher=searcher,
+        )
+    if cfg.data.streaming is True and scheduler in ("hyperband", "bohb"):
+        raise _fail(
+            "data.streaming: true caps the trials running at once (CPUs stay free for Ray Data), which starves "
+            "scheduler {scheduler!r}'s brackets; use asha, median, pbt or fifo, or data.streaming: auto",
+            scheduler=scheduler,
         )
     if searcher == "grid" and "grid" not in kinds:
         raise _fail("searcher.name: 'grid' needs at least one {{grid: [...]}} parameter in the space")

@@ -12,8 +12,10 @@ import gzip
 import os
 import pickle
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -216,8 +218,16 @@ def load_training_data(
 
 
 def load_data(config, *, seed: int) -> TrainingData:
-    """The training data a sweep's ``data`` section names: a built-in set, or the user's
-    own image folder or Parquet files (tuner/sources.py), decoded once (cached)."""
+    """The training data a sweep's ``data`` section names, in memory: a built-in set, or
+    the user's own image folder or Parquet files (tuner/sources.py) decoded in this
+    process (or read from the cache)."""
+    plan = plan_data(config, seed=seed)
+    return plan if isinstance(plan, TrainingData) else plan.in_memory()
+
+
+def plan_data(config, *, seed: int) -> TrainingData | OwnData:
+    """Before Ray starts: a built-in set, read; or the user's own files, listed and their
+    headers checked (a bad file is one line naming it), decoded later by ``OwnData.ready``."""
     if config.dataset in DATASETS:
         return load_training_data(
             config.dataset,
@@ -227,71 +237,222 @@ def load_data(config, *, seed: int) -> TrainingData:
             seed=seed,
             download=config.download,
         )
-    return _load_own(config, seed=seed)
+    return OwnData.plan(config, seed=seed)
 
 
-def _load_own(config, *, seed: int) -> TrainingData:
-    from tuner import sources
+@dataclass
+class StreamedSplit:
+    """A split read through a Ray Data pipeline (``tuner.sources.stream``), never held whole."""
 
-    if config.dataset == "image_folder":
-        source = sources.list_image_folder(config.path)
-    else:
-        source = sources.list_parquet(config.path, config.image_column, config.label_column)
-    splits, _ = sources.decoded(source, config.image_size, config.channels)
-    full = Split(*splits["train"])
-    if "val" in splits:
-        train = (
-            full
-            if config.train_subset is None
-            else full.take(np.sort(np.random.default_rng(seed).permutation(len(full))[: config.train_subset]))
+    dataset: Any  # ray.data.Dataset of image (uint8 [C, H, W]) and label
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+
+@dataclass
+class StreamingData:
+    """What a trial trains on when the decoded set would not fit the object store: the
+    same fields as ``TrainingData``, with splits that stream."""
+
+    dataset: str
+    train: StreamedSplit
+    val: StreamedSplit
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    num_classes: int
+    channels: int
+    size: int
+    classes: tuple[str, ...] = ()
+    test: None = None  # the export reads a test split itself, in chunks
+
+
+@dataclass
+class OwnData:
+    """A user's image folder or Parquet files: listed and checked, not yet decoded."""
+
+    config: Any
+    seed: int
+    source: Any  # tuner.sources.Source
+    train: tuple[str, np.ndarray]  # (split of the source, indices into it)
+    val: tuple[str, np.ndarray]
+    channels: int
+    size: int
+    cached: bool  # an earlier sweep decoded these files: no header check, no decoding
+
+    @classmethod
+    def plan(cls, config, *, seed: int, check: bool = True) -> OwnData:
+        from tuner import sources
+
+        if config.dataset == "image_folder":
+            source = sources.list_image_folder(config.path)
+        else:
+            source = sources.list_parquet(config.path, config.image_column, config.label_column)
+        cached = sources.cache_path(source, config.image_size, config.channels).is_file()
+        if check and not cached:
+            for listing in source.splits.values():  # every header: a bad file is named before Ray starts
+                sources.check(listing, config.image_size)
+        width, height = (config.image_size,) * 2 if config.image_size else sources.first_size(source.splits["train"])
+        if width != height:
+            raise TunerError(
+                f"{source.splits['train'].where[0]}: {width}x{height} px is not square; set data.image_size "
+                "to resize every image to image_size x image_size"
+            )
+        count = len(source.splits["train"].labels)
+        if "val" in source.splits:
+            indices = np.arange(count)
+            if config.train_subset is not None:
+                indices = np.sort(np.random.default_rng(seed).permutation(count)[: config.train_subset])
+            train, val = ("train", indices), ("val", np.arange(len(source.splits["val"].labels)))
+        else:
+            train_idx, val_idx = split_indices(
+                count, val_fraction=config.val_fraction, train_subset=config.train_subset, seed=seed
+            )
+            train, val = ("train", train_idx), ("train", val_idx)
+        return cls(config, seed, source, train, val, config.channels, width, cached)
+
+    @property
+    def decoded_bytes(self) -> int:
+        """The training and validation images' size once decoded (uint8)."""
+        return (len(self.train[1]) + len(self.val[1])) * self.channels * self.size * self.size
+
+    def streams(self, object_store_bytes: float) -> bool:
+        """``data.streaming``: true, false, or auto: when the decoded set is larger than
+        ``data.object_store_share`` of the object store."""
+        if self.config.streaming != "auto":
+            return bool(self.config.streaming)
+        return self.decoded_bytes > self.config.object_store_share * object_store_bytes
+
+    def ready(self, *, object_store_bytes: float) -> TrainingData | StreamingData:
+        """On a running Ray: decoded in parallel (or from the cache) into memory, or a
+        streaming pipeline when the decoded set would not fit."""
+        from tuner import sources
+
+        if self.streams(object_store_bytes):
+            return self.streaming()
+        return self.in_memory(decoder=sources.decode_in_parallel)
+
+    def in_memory(self, decoder: Any = None) -> TrainingData:
+        from tuner import sources
+
+        splits = sources.from_cache(self.source, self.config.image_size, self.channels)
+        if splits is None:
+            splits = sources.decode_and_cache(self.source, self.config.image_size, self.channels, decoder)
+        train = Split(*splits[self.train[0]]).take(self.train[1])
+        val = Split(*splits[self.val[0]]).take(self.val[1])
+        sample = sources.sample_of(np.arange(len(train)), self.seed)
+        mean, std = channel_stats(train.images[sample])
+        return TrainingData(
+            dataset=self.config.dataset,
+            train=train,
+            val=val,
+            mean=mean,
+            std=std,
+            num_classes=len(self.source.classes),
+            channels=self.channels,
+            size=self.size,
+            classes=tuple(self.source.classes),
+            test=Split(*splits["test"]) if "test" in splits else None,
         )
-        val = Split(*splits["val"])
-    else:
-        train_idx, val_idx = split_indices(
-            len(full), val_fraction=config.val_fraction, train_subset=config.train_subset, seed=seed
+
+    def streaming(self) -> StreamingData:
+        from tuner import sources
+
+        size, channels = self.config.image_size, self.channels
+        train_listing, val_listing = self.source.splits[self.train[0]], self.source.splits[self.val[0]]
+        mean, std = self.stats()
+        return StreamingData(
+            dataset=self.config.dataset,
+            train=StreamedSplit(
+                sources.stream(train_listing, self.train[1], size, channels, shuffle=True), len(self.train[1])
+            ),
+            val=StreamedSplit(
+                sources.stream(val_listing, self.val[1], size, channels, shuffle=False), len(self.val[1])
+            ),
+            mean=mean,
+            std=std,
+            num_classes=len(self.source.classes),
+            channels=channels,
+            size=self.size,
+            classes=tuple(self.source.classes),
         )
-        train, val = full.take(train_idx), full.take(val_idx)
-    mean, std = channel_stats(train.images)
-    return TrainingData(
-        dataset=config.dataset,
-        train=train,
-        val=val,
-        mean=mean,
-        std=std,
-        num_classes=len(source.classes),
-        channels=int(train.images.shape[1]),
-        size=int(train.images.shape[2]),
-        classes=tuple(source.classes),
-        test=Split(*splits["test"]) if "test" in splits else None,
-    )
+
+    def stats(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Normalisation statistics from a seeded sample of the training images: the same
+        sample, so the same figures, in memory and streamed."""
+        from tuner import sources
+
+        positions = sources.sample_of(np.arange(len(self.train[1])), self.seed)
+        cached = sources.from_cache(self.source, self.config.image_size, self.channels)
+        if cached is not None:
+            images = cached[self.train[0]][0][self.train[1][positions]]
+        else:
+            listing = self.source.splits[self.train[0]]
+            images = sources.decode(listing, self.config.image_size, self.channels, self.train[1][positions])
+        return channel_stats(images)
+
+    def test_chunks(self, chunk: int = 1000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The ``test/`` split in chunks (from the cache, else decoded here, a chunk at a time)."""
+        from tuner import sources
+
+        listing = self.source.splits.get("test")
+        if listing is None:
+            return
+        cached = sources.from_cache(self.source, self.config.image_size, self.channels)
+        for begin in range(0, len(listing.labels), chunk):
+            indices = np.arange(begin, min(begin + chunk, len(listing.labels)))
+            if cached is not None:
+                yield cached["test"][0][indices], cached["test"][1][indices]
+            else:
+                yield sources.decode(listing, self.config.image_size, self.channels, indices), listing.labels[indices]
+
+    def examples(self, count: int = 2) -> np.ndarray:
+        """A few images as the model will see them (the export's input example)."""
+        from tuner import sources
+
+        split, indices = ("test", np.arange(count)) if "test" in self.source.splits else self.val
+        listing = self.source.splits[split]
+        return sources.decode(listing, self.config.image_size, self.channels, indices[:count])
 
 
 def describe(config, *, seed: int) -> dict:
     """What a model trained on these data needs to know of them (the export's ``data``):
-    shape, classes and normalisation; a user's own data are loaded (from the cache)."""
+    shape, classes and normalisation. A user's own files are listed, not decoded (the
+    statistics come from a sample)."""
     if config.dataset in DATASETS:
         info = DATASETS[config.dataset]
         shape = {"channels": info.channels, "size": info.size, "num_classes": info.num_classes}
         stats = {"mean": list(info.mean), "std": list(info.std), "classes": list(CLASS_NAMES[config.dataset])}
         return {"dataset": config.dataset, **shape, **stats}
-    data = load_data(config, seed=seed)
+    plan = OwnData.plan(config, seed=seed, check=False)
+    mean, std = plan.stats()
     return {
         "dataset": config.dataset,
-        "channels": data.channels,
-        "size": data.size,
-        "num_classes": data.num_classes,
-        "mean": list(data.mean),
-        "std": list(data.std),
-        "classes": list(data.classes),
+        "channels": plan.channels,
+        "size": plan.size,
+        "num_classes": len(plan.source.classes),
+        "mean": list(mean),
+        "std": list(std),
+        "classes": list(plan.source.classes),
     }
 
 
-def test_split(config, *, seed: int) -> Split | None:
-    """The held-out test images: a built-in set's test split, or a user's ``test/`` (None
-    when their data have none)."""
+def test_chunks(config, *, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The held-out test images and labels, in chunks: a built-in set's test split, or a
+    user's ``test/`` (nothing when their data have none)."""
     if config.dataset in DATASETS:
-        return load_test_split(config.dataset, config.root, download=config.download)
-    return load_data(config, seed=seed).test
+        split = load_test_split(config.dataset, config.root, download=config.download)
+        yield split.images, split.labels
+        return
+    yield from OwnData.plan(config, seed=seed, check=False).test_chunks()
+
+
+def examples(config, *, seed: int, count: int = 2) -> np.ndarray:
+    """A few images (test, else validation) for the export's input example."""
+    if config.dataset in DATASETS:
+        return load_test_split(config.dataset, config.root, download=config.download).images[:count]
+    return OwnData.plan(config, seed=seed, check=False).examples(count)
 
 
 def channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:

@@ -15,6 +15,7 @@ import pickle
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 import yaml
 
-from tuner.data import describe, load_data, normalise, test_split
+from tuner.data import describe, examples, normalise, test_chunks
 from tuner.errors import TunerError
 from tuner.models import build_model
 
@@ -188,13 +189,9 @@ def export_best(
     )
     model.load_state_dict(state["model"])
     exported = ExportedModel(model, config, {})
-    test = test_split(sweep.data, seed=sweep.seed)
-    if test is not None:
-        test_loss, test_accuracy = evaluate(exported, test.images, test.labels)
-        example = test.images[:2]
-    else:  # a user's data without test/: no test score, said so
-        test_loss = test_accuracy = None
-        example = load_data(sweep.data, seed=sweep.seed).val.images[:2]
+    # A user's data without test/: no test score, said so.
+    test_loss, test_accuracy, test_images = evaluate_chunks(exported, test_chunks(sweep.data, seed=sweep.seed))
+    example = examples(sweep.data, seed=sweep.seed)
     metrics = {
         "trial_id": config["trial_id"],
         "epoch": config["epoch"],
@@ -203,7 +200,7 @@ def export_best(
         "train_loss": float(val_metrics["train_loss"]),
         "test_accuracy": test_accuracy,
         "test_loss": test_loss,
-        "test_images": int(len(test.labels)) if test is not None else 0,
+        "test_images": test_images,
         "checkpoint": _where(checkpoint),
     }
     config["format"] = format
@@ -213,20 +210,36 @@ def export_best(
     return exported
 
 
-@torch.no_grad()
 def evaluate(exported: ExportedModel, images: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
     """Mean cross-entropy and accuracy on a labelled split."""
+    loss, accuracy, _ = evaluate_chunks(exported, [(images, labels)])
+    assert loss is not None and accuracy is not None, "evaluate() needs at least one image"
+    return loss, accuracy
+
+
+@torch.no_grad()
+def evaluate_chunks(
+    exported: ExportedModel, chunks: Iterable[tuple[np.ndarray, np.ndarray]]
+) -> tuple[float | None, float | None, int]:
+    """Mean cross-entropy, accuracy and image count over (images, labels) chunks (a split
+    too large to hold is read a chunk at a time); None, None, 0 for no images."""
     data = exported.config["data"]
     exported.model.eval()
-    total_loss, correct = 0.0, 0
-    labels_t = torch.as_tensor(labels)
-    for begin in range(0, len(labels), 1000):
-        x = normalise(torch.from_numpy(np.array(images[begin : begin + 1000])), tuple(data["mean"]), tuple(data["std"]))
-        logits = exported.model(x)
-        y = labels_t[begin : begin + 1000]
-        total_loss += torch.nn.functional.cross_entropy(logits, y, reduction="sum").item()
-        correct += (logits.argmax(1) == y).sum().item()
-    return total_loss / len(labels), correct / len(labels)
+    total_loss, correct, count = 0.0, 0, 0
+    for images, labels in chunks:
+        labels_t = torch.as_tensor(labels)
+        for begin in range(0, len(labels), 1000):
+            x = normalise(
+                torch.from_numpy(np.array(images[begin : begin + 1000])), tuple(data["mean"]), tuple(data["std"])
+            )
+            logits = exported.model(x)
+            y = labels_t[begin : begin + 1000]
+            total_loss += torch.nn.functional.cross_entropy(logits, y, reduction="sum").item()
+            correct += (logits.argmax(1) == y).sum().item()
+        count += len(labels)
+    if count == 0:
+        return None, None, 0
+    return total_loss / count, correct / count, count
 
 
 def _where(checkpoint: Any) -> str:

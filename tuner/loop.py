@@ -3,9 +3,10 @@ augmentation, epochs, evaluation, checkpoints and the metrics each epoch reports
 
 ``run_training`` is hosted by a ``Session`` (tuner/trial.py: the Tune trial's own
 process, or a Ray Train worker of a TorchTrainer), which gives it its rank, device and
-resume state and takes its reports. Its data come from an ``InMemoryData``: the node's
+resume state and takes its reports. Its data come from an ``InMemoryData`` (the node's
 one uint8 copy in the object store, on the worker's device, with this rank's share of
-each epoch.
+each epoch) or a ``StreamedData`` (this rank's shard of a Ray Data pipeline, for a set
+too large for the object store); the loop only asks either for batches.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +64,13 @@ class InMemoryData:
             self.val_x, self.val_y = to(data.val.images), to(data.val.labels)
         self.mean, self.std = data.mean, data.std
         self.rank, self.world, self.device = rank, world, device
+        self.per_rank = len(self.train_y) // world  # images a rank trains on per epoch
 
     def epoch_indices(self, seed: int, epoch: int) -> torch.Tensor:
         """Same permutation on every rank (seeded by epoch), one equal block per rank."""
         generator = torch.Generator().manual_seed(seed * 10_007 + epoch)
         order = torch.randperm(len(self.train_y), generator=generator)
-        per_rank = len(order) // self.world
-        return order[self.rank * per_rank : (self.rank + 1) * per_rank].to(self.device)
+        return order[self.rank * self.per_rank : (self.rank + 1) * self.per_rank].to(self.device)
 
     def batch(self, images: torch.Tensor, labels: torch.Tensor, index: torch.Tensor, augmented: Any = None):
         """Normalised float images and their labels; ``augmented`` changes the uint8 batch first."""
@@ -76,6 +78,48 @@ class InMemoryData:
         if augmented is not None:
             chosen = augmented(chosen)
         return normalise(chosen, self.mean, self.std), labels[index]
+
+    def train_batches(self, seed: int, epoch: int, batch_size: int, augmented: Any) -> Iterator[tuple[Any, Any]]:
+        indices = self.epoch_indices(seed, epoch)
+        for begin in range(0, len(indices), batch_size):
+            yield self.batch(self.train_x, self.train_y, indices[begin : begin + batch_size], augmented)
+
+    def val_batches(self, batch_size: int = 1024) -> Iterator[tuple[Any, Any]]:
+        """This rank's share of the validation set (every world-th image)."""
+        index = torch.arange(self.rank, len(self.val_y), self.world, device=self.device)
+        for begin in range(0, len(index), batch_size):
+            yield self.batch(self.val_x, self.val_y, index[begin : begin + batch_size])
+
+
+class StreamedData:
+    """The data as a Ray Data stream (``tuner.data.StreamingData``): this rank's shard of
+    each split, decoded by the pipeline's tasks as the epoch reads it, shuffled per epoch
+    (block order, then a local buffer), augmented and normalised on the worker's device."""
+
+    SHUFFLE_BUFFER = 2048  # images
+
+    def __init__(self, data: Any, device: torch.device, rank: int, world: int, shard: Any):
+        self.train, self.val = shard("train", data.train.dataset), shard("val", data.val.dataset)
+        self.mean, self.std = data.mean, data.std
+        self.rank, self.world, self.device = rank, world, device
+        self.per_rank = len(data.train) // world
+
+    def _batches(self, source: Any, batch_size: int, **shuffle: Any) -> Iterator[tuple[Any, Any]]:
+        for batch in source.iter_torch_batches(
+            batch_size=batch_size, device=self.device, dtypes={"image": torch.uint8, "label": torch.int64}, **shuffle
+        ):
+            yield batch["image"], batch["label"]
+
+    def train_batches(self, seed: int, epoch: int, batch_size: int, augmented: Any) -> Iterator[tuple[Any, Any]]:
+        shuffle = {"local_shuffle_buffer_size": self.SHUFFLE_BUFFER, "local_shuffle_seed": seed * 10_007 + epoch}
+        for images, labels in self._batches(self.train, batch_size, **shuffle):
+            if augmented is not None:
+                images = augmented(images)
+            yield normalise(images, self.mean, self.std), labels
+
+    def val_batches(self, batch_size: int = 1024) -> Iterator[tuple[Any, Any]]:
+        for images, labels in self._batches(self.val, batch_size):
+            yield normalise(images, self.mean, self.std), labels
 
 
 class Session:
@@ -92,6 +136,10 @@ class Session:
         raise NotImplementedError
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
+        raise NotImplementedError
+
+    def dataset_shard(self, name: str, dataset: Any) -> Any:
+        """This rank's part of a streamed split (a Ray Dataset or DataIterator)."""
         raise NotImplementedError
 
 
@@ -114,9 +162,12 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
     torch.set_num_threads(loop["threads"])
     torch.manual_seed(loop["seed"])
     train = loop["train"]
-    data: TrainingData = ray.get(loop["data_ref"])  # zero-copy views of the node's one copy
+    data = ray.get(loop["data_ref"])  # in memory: zero-copy views of the node's one copy
     nodes = _node_ids(world)
-    shards = InMemoryData(data, device, rank, world)
+    if isinstance(data, TrainingData):
+        shards: InMemoryData | StreamedData = InMemoryData(data, device, rank, world)
+    else:
+        shards = StreamedData(data, device, rank, world, session.dataset_shard)
 
     model = build_model(
         loop["model_name"],
@@ -143,23 +194,24 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
     scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=train["label_smoothing"])
     batch_size, epochs = train["batch_size"], train["epochs"]
-    steps_per_epoch = math.ceil(len(shards.train_y) // world / batch_size)
+    steps_per_epoch = math.ceil(shards.per_rank / batch_size)
     first_step_at = time.time()  # this (re)start's first training step begins now
     timing = {"entered_at": loop["entered_at"], "first_step_at": first_step_at}
 
     for epoch in range(start_epoch, epochs):
         started = time.perf_counter()
         model.train()
-        indices = shards.epoch_indices(loop["seed"], epoch)
         augmented = _augmentation(loop, device, epoch, rank)
         loss_sum = torch.zeros((), device=device)
-        for step, begin in enumerate(range(0, len(indices), batch_size)):
+        seen = 0
+        batches = shards.train_batches(loop["seed"], epoch, batch_size, augmented)
+        for step, (x, y) in enumerate(batches):
             lr = learning_rate(
                 train["lr"], train["lr_schedule"], epoch * steps_per_epoch + step, epochs * steps_per_epoch
             )
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            x, y = shards.batch(shards.train_x, shards.train_y, indices[begin : begin + batch_size], augmented)
+            seen += len(y)
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
@@ -170,9 +222,7 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
             scaler.update()
             loss_sum += loss.detach() * len(y)
         _maybe_fail_once(loop, epoch)
-        val_loss, val_accuracy, train_loss = _evaluate(
-            model, shards, loss_fn, amp_dtype, loss_sum, len(indices) * world
-        )
+        val_loss, val_accuracy, train_loss = _evaluate(model, shards, loss_fn, amp_dtype, loss_sum, seen * world)
         compute_s = time.perf_counter() - started
         metrics = {
             "epoch": epoch + 1,
@@ -181,7 +231,8 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
             "val_accuracy": val_accuracy,
             "lr": lr,
             "compute_s": compute_s,
-            "images_per_s": len(indices) * world / compute_s,
+            "images_per_s": seen * world / compute_s,
+            "train_images": seen * world,  # every rank's share of the epoch
             "resumed_from": resumed_from,
             "world_size": world,
             "nodes": nodes,
@@ -222,14 +273,12 @@ def _amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
 
 @torch.no_grad()
 def _evaluate(
-    model, shards: InMemoryData, loss_fn, amp_dtype, train_loss_sum, train_count
+    model, shards: InMemoryData | StreamedData, loss_fn, amp_dtype, train_loss_sum, train_count
 ) -> tuple[float, float, float]:
     """Validation loss/accuracy over every rank's share, plus the epoch's train loss."""
     model.eval()
-    index = torch.arange(shards.rank, len(shards.val_y), shards.world, device=shards.device)
     totals = torch.zeros(4, dtype=torch.float64, device=shards.device)  # loss, correct, n, train loss
-    for begin in range(0, len(index), 1024):
-        x, y = shards.batch(shards.val_x, shards.val_y, index[begin : begin + 1024])
+    for x, y in shards.val_batches():
         with torch.autocast(shards.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             logits = model(x)
         totals[0] += loss_fn(logits.float(), y).item() * len(y)

@@ -67,11 +67,13 @@ class Progress:
         if not better:
             return None
         self.best = _Best(trial_id, value, epoch, dict(config))
-        return f"best so far: {trial_id} {self.metric}={value:.4f} at epoch {epoch} ({self.hyper(config)})"
+        return f"best so far: {trial_id} {self.metric}={value:.4f} at epoch {epoch}{self.hyper(config, ' ({})')}"
 
-    def hyper(self, config: dict[str, Any]) -> str:
+    def hyper(self, config: dict[str, Any], form: str = "{}") -> str:
+        """The searched hyperparameters, ``form`` around them; "" when nothing is searched."""
         shown = {k: v for k, v in config.items() if self.searched is None or k in self.searched}
-        return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+        text = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+        return form.format(text) if text else ""
 
     # --- what is shown --------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
@@ -120,7 +122,9 @@ class Progress:
         if self.best is None:
             return "best so far: none yet"
         b = self.best
-        return f"best so far: {b.trial_id} {self.metric}={b.value:.4f} at epoch {b.epoch} ({self.hyper(b.config)})"
+        return (
+            f"best so far: {b.trial_id} {self.metric}={b.value:.4f} at epoch {b.epoch}{self.hyper(b.config, ' ({})')}"
+        )
 
     def renderable(self) -> Any:
         from rich.console import Group
@@ -189,7 +193,7 @@ class Reporter:
     def started(self, trials: list[Any], trial: Any) -> None:
         self.progress.observe(trials)
         if not self.live_mode:
-            self.say(f"trial {trial.trial_id} started: {self.progress.hyper(trial.config)}")
+            self.say(f"trial {trial.trial_id} started{self.progress.hyper(trial.config, ': {}')}")
 
     def reported(self, trials: list[Any], trial: Any, result: dict[str, Any]) -> None:
         self.progress.observe(trials)

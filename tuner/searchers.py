@@ -54,17 +54,20 @@ SEARCHERS: dict[str, Callable[[cfg.SweepConfig, int], Any]] = {
 }
 
 
-def build_searcher(sweep: cfg.SweepConfig, max_concurrent: int, *, gpus_out_of_sight: bool = False) -> Any:
+def build_searcher(
+    sweep: cfg.SweepConfig, max_concurrent: int, *, gpus_out_of_sight: bool = False, cpus_kept_free: bool = False
+) -> Any:
     """The Tune search algorithm for a validated sweep, running at most ``max_concurrent`` trials.
 
     Random and grid trials wait for resources as PENDING, so only the user's own cap
     limits them (a tighter one would starve HyperBand's synchronous brackets) - unless
     Tune cannot see what a trial holds: a TorchTrainer's workers reserve their GPUs
-    themselves (``gpus_out_of_sight``).
+    themselves (``gpus_out_of_sight``), or CPUs must stay free for a streaming data
+    pipeline's tasks, which run outside every trial's reservation (``cpus_kept_free``).
     """
     from ray.tune.search import ConcurrencyLimiter, Searcher
 
-    if sweep.searcher.name in ("random", "grid") and not gpus_out_of_sight:
+    if sweep.searcher.name in ("random", "grid") and not gpus_out_of_sight and not cpus_kept_free:
         max_concurrent = sweep.trials.max_concurrent or 0
     searcher = SEARCHERS[sweep.searcher.name](sweep, max_concurrent)
     if isinstance(searcher, Searcher):  # model-based: propose only as many as can run

@@ -17,6 +17,8 @@ import glob
 import hashlib
 import io
 import json
+import logging
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -188,7 +190,7 @@ def check(listing: Listing, size: int | None) -> tuple[int, int] | None:
     common (width, height) when there is one."""
     from PIL import Image, UnidentifiedImageError
 
-    items: Sequence[bytes | Path] = listing.files if listing.files is not None else listing.encoded or []
+    items = _items(listing)
     first: tuple[str, tuple[int, int]] | None = None
     for item, where in zip(items, listing.where, strict=True):
         try:
@@ -222,50 +224,117 @@ def decode_one(data: bytes | Path, where: str, size: int | None, channels: int) 
     return array[None] if channels == 1 else np.ascontiguousarray(array.transpose(2, 0, 1))
 
 
-def decode(listing: Listing, size: int | None, channels: int) -> np.ndarray:
-    """Every image of a split, in order; mixed sizes without ``size`` are an error."""
-    items: Sequence[bytes | Path] = listing.files if listing.files is not None else listing.encoded or []
-    arrays = [decode_one(item, where, size, channels) for item, where in zip(items, listing.where, strict=True)]
+def decode(listing: Listing, size: int | None, channels: int, indices: np.ndarray | None = None) -> np.ndarray:
+    """Every image of a split (or the chosen ``indices``), in order, in this process; mixed
+    sizes without ``size`` are an error."""
+    items = _items(listing)
+    chosen = range(len(items)) if indices is None else [int(i) for i in indices]
+    arrays = [decode_one(items[i], listing.where[i], size, channels) for i in chosen]
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         first = arrays[0].shape
         odd = next(i for i, a in enumerate(arrays) if a.shape != first)
+        names = [listing.where[i] for i in chosen]
         raise TunerError(
-            f"{listing.where[odd]}: {arrays[odd].shape[2]}x{arrays[odd].shape[1]} px, but "
-            f"{listing.where[0]} is {first[2]}x{first[1]}; set data.image_size to resize them all"
+            f"{names[odd]}: {arrays[odd].shape[2]}x{arrays[odd].shape[1]} px, but "
+            f"{names[0]} is {first[2]}x{first[1]}; set data.image_size to resize them all"
         )
     if not arrays:
         return np.zeros((0, channels, size or 1, size or 1), dtype=np.uint8)
     return np.stack(arrays)
 
 
-def decode_in_parallel(listing: Listing, size: int | None, channels: int, batch: int = 256) -> np.ndarray:
+def _items(listing: Listing) -> Sequence[bytes | Path]:
+    return listing.files if listing.files is not None else listing.encoded or []
+
+
+def rows(listing: Listing, indices: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """Ray Data rows for ``listing`` (or the chosen ``indices`` of it): where each image is
+    (a path, or its encoded bytes), its name for errors, its label and its position."""
+    items = _items(listing)
+    chosen = range(len(items)) if indices is None else (int(i) for i in indices)
+    return [
+        {
+            "i": i,
+            "item": str(items[i]) if isinstance(items[i], Path) else items[i],
+            "where": listing.where[i],
+            "label": int(listing.labels[i]),
+        }
+        for i in chosen
+    ]
+
+
+def decode_batch(batch: dict[str, Any], size: int | None, channels: int) -> dict[str, Any]:
+    """A Ray Data batch of rows -> uint8 ``[B, C, H, W]`` images with labels and positions."""
+    images = [
+        decode_one(item if isinstance(item, bytes) else Path(item), str(where), size, channels)
+        for item, where in zip(batch["item"], batch["where"], strict=True)
+    ]
+    shapes = {image.shape for image in images}
+    if len(shapes) > 1:  # check() catches this before Ray starts; a file changed since
+        raise TunerError(f"{batch['where'][0]}: images of different sizes; set data.image_size to resize them all")
+    return {"i": batch["i"], "image": np.stack(images), "label": np.asarray(batch["label"], dtype=np.int64)}
+
+
+def _blocks(count: int, rows_per_block: int = 256) -> int:
+    return max(1, math.ceil(count / rows_per_block))
+
+
+def quiet_ray_data(verbose: bool = False) -> None:
+    """No progress bars or "Starting execution" lines from Ray Data (they would break into
+    tuner's own progress view); ``--verbose`` keeps them."""
+    import ray.data
+
+    if verbose:
+        return
+    context = ray.data.DataContext.get_current()
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "progress bars disabled"
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+
+
+def decode_in_parallel(listing: Listing, size: int | None, channels: int) -> np.ndarray:
     """``decode`` spread over the Ray cluster's CPUs with Ray Data (a running Ray needed):
-    batches of files (or encoded bytes) decoded by tasks, put back in their order.
+    blocks of files (or encoded bytes) decoded by tasks, put back in their order."""
+    import ray.data
 
-    (Untested WIP: issue 12.)"""
-    import ray
-
-    items = listing.files if listing.files is not None else listing.encoded or []
-    rows = [{"i": i, "item": str(item) if isinstance(item, Path) else item} for i, item in enumerate(items)]
-
-    def decode_batch(rows: dict[str, Any]) -> dict[str, Any]:
-        images = [
-            decode_one(item if isinstance(item, bytes) else Path(item), listing.where[int(i)], size, channels)
-            for i, item in zip(rows["i"], rows["item"], strict=True)
-        ]
-        return {"i": rows["i"], "image": np.stack(images)}
-
-    dataset = ray.data.from_items(rows).map_batches(decode_batch, batch_size=batch, batch_format="numpy")
+    if not len(listing.labels):
+        return np.zeros((0, channels, size or 1, size or 1), dtype=np.uint8)
+    items = rows(listing)
+    dataset = ray.data.from_items(items, override_num_blocks=_blocks(len(items))).map_batches(
+        decode_batch, fn_kwargs={"size": size, "channels": channels}, batch_size=256, batch_format="numpy"
+    )
     order: list[np.ndarray] = []
     arrays: list[np.ndarray] = []
     for part in dataset.iter_batches(batch_size=None, batch_format="numpy"):
         order.append(part["i"])
         arrays.append(part["image"])
-    if not arrays:
-        return np.zeros((0, channels, size or 1, size or 1), dtype=np.uint8)
     images = np.concatenate(arrays)
     return images[np.argsort(np.concatenate(order), kind="stable")]
+
+
+def stream(listing: Listing, indices: np.ndarray, size: int | None, channels: int, *, shuffle: bool) -> Any:
+    """A Ray Data pipeline of the chosen images, decoded as they are read: only the paths
+    (or encoded bytes) are held; each execution (an epoch) decodes again, in a new block
+    order when ``shuffle``. Columns: ``image`` (uint8 ``[C, H, W]``) and ``label``."""
+    import ray.data
+
+    items = rows(listing, indices)
+    dataset = ray.data.from_items(items, override_num_blocks=_blocks(len(items)))
+    if shuffle:
+        dataset = dataset.randomize_block_order()
+    return dataset.map_batches(
+        decode_batch, fn_kwargs={"size": size, "channels": channels}, batch_size=256, batch_format="numpy"
+    ).select_columns(["image", "label"])
+
+
+def sample_of(indices: np.ndarray, seed: int, count: int = 4096) -> np.ndarray:
+    """A seeded sample of ``indices`` (sorted): the images normalisation statistics come from,
+    the same whether the set is decoded in memory or streamed."""
+    if len(indices) <= count:
+        return np.sort(indices)
+    return np.sort(np.random.default_rng(seed).choice(indices, size=count, replace=False))
 
 
 # --- the cache ------------------------------------------------------------------------------------
@@ -274,37 +343,68 @@ def cache_dir() -> Path:
     return Path(base) / "decoded"
 
 
-def cache_key(source: Source, size: int | None, channels: int, extra: dict[str, Any] | None = None) -> str:
+def cache_key(source: Source, size: int | None, channels: int) -> str:
     identity = {
         "kind": source.kind,
         "classes": source.classes,
         "files": source.identity(),
         "size": size,
         "channels": channels,
-        **(extra or {}),
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def decoded(source: Source, size: int | None, channels: int, extra: dict[str, Any] | None = None, decoder: Any = None):
-    """``{split: (images, labels)}`` from the cache, else checked, decoded (by ``decoder``:
-    ``decode`` here, or ``decode_in_parallel`` on a running Ray) and cached; and whether it
-    came from the cache."""
+def cache_path(source: Source, size: int | None, channels: int) -> Path:
+    return cache_dir() / f"{cache_key(source, size, channels)}.npz"
+
+
+def from_cache(source: Source, size: int | None, channels: int) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """``{split: (images, labels)}`` decoded by an earlier sweep on the same files, or None."""
+    path = cache_path(source, size, channels)
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as saved:
+            return {s: (saved[f"{s}_x"], saved[f"{s}_y"]) for s in source.splits}
+    except (OSError, ValueError, KeyError):
+        return None  # a damaged cache entry is decoded again and replaced
+
+
+def decode_and_cache(
+    source: Source, size: int | None, channels: int, decoder: Any = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Every split decoded (by ``decoder``: ``decode`` in this process, or
+    ``decode_in_parallel`` on a running Ray) and saved for the next sweep on these files.
+    The headers were checked first (``check``)."""
     decoder = decoder or decode
-    path = cache_dir() / f"{cache_key(source, size, channels, extra)}.npz"
-    if path.is_file():
-        try:
-            with np.load(path) as saved:
-                return {s: (saved[f"{s}_x"], saved[f"{s}_y"]) for s in source.splits}, True
-        except (OSError, ValueError, KeyError):
-            pass  # a damaged cache entry is decoded again and replaced
-    for listing in source.splits.values():  # every header first: a bad file is named before any decoding
-        check(listing, size)
     result = {s: (decoder(listing, size, channels), listing.labels) for s, listing in source.splits.items()}
     buffer = io.BytesIO()
     np.savez(buffer, **{f"{s}_{k}": v for s, (x, y) in result.items() for k, v in (("x", x), ("y", y))})
     try:
-        store.write_atomic(path, buffer.getvalue())
+        store.write_atomic(cache_path(source, size, channels), buffer.getvalue())
     except TunerError:
         pass  # no room for the cache: the sweep goes on without it
-    return result, False
+    return result
+
+
+def decoded(source: Source, size: int | None, channels: int) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], bool]:
+    """``{split: (images, labels)}`` from the cache, else checked, decoded here and cached;
+    and whether it came from the cache."""
+    cached = from_cache(source, size, channels)
+    if cached is not None:
+        return cached, True
+    for listing in source.splits.values():  # every header first: a bad file is named before any decoding
+        check(listing, size)
+    return decode_and_cache(source, size, channels), False
+
+
+def first_size(listing: Listing) -> tuple[int, int]:
+    """The first image's (width, height), from its header."""
+    from PIL import Image
+
+    item = _items(listing)[0]
+    try:
+        with Image.open(io.BytesIO(item) if isinstance(item, bytes) else item) as image:
+            return image.size
+    except OSError as error:
+        raise TunerError(f"{listing.where[0]}: not a readable image ({type(error).__name__}: {error})") from None

@@ -44,6 +44,7 @@ HISTORY_KEYS = (
     *TRIAL_METRICS,
     "resumed_from",
     "world_size",
+    "train_images",  # the images an epoch trained on, every rank's share
     "nodes",
     "time_total_s",
     "entered_at",  # wall clock: the trial function began ...

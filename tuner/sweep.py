@@ -19,6 +19,7 @@ import math
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ import yaml
 
 from tuner import remote, store
 from tuner.config import SweepConfig
+from tuner.data import TrainingData
 from tuner.errors import TunerError
 from tuner.store import SweepLock, SweepPaths, claim_new, release_unused, write_atomic
 
@@ -92,11 +94,19 @@ def decide_gpu(sweep: SweepConfig, cluster: dict[str, float]) -> bool:
     return bool(sweep.scaling.use_gpu)
 
 
-def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bool) -> int:
-    """How many trials fit at once: the cluster's CPUs (and GPUs) over one trial's need."""
+def stream_cpus(cluster: dict[str, float]) -> int:
+    """CPUs left free of trials for a streaming sweep's Ray Data tasks (they run outside
+    the trials' reservations, and a pipeline with no free CPU waits for ever): a quarter
+    of the cluster's, at least one."""
+    return max(1, int(cluster.get("CPU", 0) // 4))
+
+
+def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bool, data_cpus: int = 0) -> int:
+    """How many trials fit at once: the cluster's CPUs (less ``data_cpus`` kept for a
+    streaming pipeline) and GPUs over one trial's need."""
     scaling = sweep.scaling
     need_cpu = scaling.workers * scaling.cpus_per_worker
-    slots = math.floor(cluster.get("CPU", 0) / need_cpu + 1e-9)
+    slots = math.floor((cluster.get("CPU", 0) - data_cpus) / need_cpu + 1e-9)
     if use_gpu:
         need_gpu = scaling.workers * scaling.gpus_per_worker
         gpu_slots = math.floor(cluster.get("GPU", 0) / need_gpu + 1e-9)
@@ -109,7 +119,9 @@ def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bo
     if slots < 1:
         raise TunerError(
             f"one trial needs {need_cpu:g} CPUs (scaling.workers x scaling.cpus_per_worker), "
-            f"but the Ray cluster has {cluster.get('CPU', 0):g}; lower scaling.workers or cpus_per_worker"
+            f"but the Ray cluster has {cluster.get('CPU', 0):g}"
+            + (f" ({data_cpus} kept free for streaming the data)" if data_cpus else "")
+            + "; lower scaling.workers or cpus_per_worker"
         )
     return min(slots, sweep.trials.max_concurrent or slots)
 
@@ -171,7 +183,9 @@ def check_shared_storage(paths: SweepPaths) -> None:
         )
 
 
-def describe(sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: SweepPaths) -> str:
+def describe(
+    sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: SweepPaths, held: str = "in memory"
+) -> str:
     specs = sweep.param_specs()
     searched = ", ".join(f"{k} ({s.kind})" for k, s in specs.items() if s.kind != "constant") or "nothing"
     device = "GPU" if use_gpu else "CPU"
@@ -179,6 +193,7 @@ def describe(sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: Sw
         [
             f"sweep {sweep.name}: {sweep.total_trials} trial(s) x up to {sweep.max_epochs} epoch(s) of "
             f"{sweep.model.name} on {sweep.data.dataset} ({len(data.train)} train / {len(data.val)} val images)",
+            f"  data {held}",
             f"  search {searched}; searcher {sweep.searcher.name}, scheduler {sweep.scheduler.name}, "
             f"{sweep.mode}imise {sweep.metric}",
             f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x "
@@ -213,6 +228,7 @@ def build_tuner(
     *,
     restore: bool = False,
     reporter: Any = None,
+    cpus_kept_free: bool = False,
 ) -> Any:
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
     from ray import tune
@@ -257,7 +273,9 @@ def build_tuner(
         tune_config=tune.TuneConfig(
             metric=sweep.metric,
             mode=sweep.mode,
-            search_alg=searchers.build_searcher(sweep, slots, gpus_out_of_sight=use_gpu and not sweep.scaling.direct),
+            search_alg=searchers.build_searcher(
+                sweep, slots, gpus_out_of_sight=use_gpu and not sweep.scaling.direct, cpus_kept_free=cpus_kept_free
+            ),
             scheduler=schedulers.build_scheduler(sweep),
             num_samples=sweep.trials.num_samples,
             time_budget_s=sweep.trials.time_budget_s,
@@ -386,9 +404,32 @@ def _claim(sweep: SweepConfig) -> SweepPaths:
 
 
 def _load_data(sweep: SweepConfig) -> Any:
-    from tuner.data import load_data
+    """A built-in set, read; a user's own files, listed and checked (decoded once Ray runs)."""
+    from tuner.data import plan_data
 
-    return load_data(sweep.data, seed=sweep.seed)
+    return plan_data(sweep.data, seed=sweep.seed)
+
+
+def _ready_data(sweep: SweepConfig, planned: Any, cluster: dict[str, float], verbose: bool) -> tuple[Any, str]:
+    """The data trials read, and how (the plan line's words): in memory, decoded in
+    parallel or from the cache, or streamed when the decoded set would not fit."""
+    from tuner.data import OwnData
+
+    if not isinstance(planned, OwnData):
+        return planned, "in memory"
+    from tuner import sources
+
+    sources.quiet_ray_data(verbose)
+    store_bytes = cluster.get("object_store_memory", 0)
+    size = f"{planned.decoded_bytes / 2**20:,.0f} MiB decoded"
+    share = f"{sweep.data.object_store_share:g} of the {store_bytes / 2**20:,.0f} MiB object store"
+    started = time.perf_counter()
+    data = planned.ready(object_store_bytes=store_bytes)
+    if not isinstance(data, TrainingData):
+        why = "data.streaming: true" if sweep.data.streaming is True else f"{size} > {share}"
+        return data, f"streamed with Ray Data ({why})"
+    how = "from the cache" if planned.cached else f"decoded in parallel in {time.perf_counter() - started:.1f} s"
+    return data, f"in memory ({size}, {how})"
 
 
 def _check_resumable(sweep: SweepConfig, paths: SweepPaths) -> None:
@@ -468,13 +509,33 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool, verb
     check_shared_storage(paths)
     cluster = ray.cluster_resources()
     use_gpu = decide_gpu(sweep, cluster)
-    slots = concurrent_trials(sweep, cluster, use_gpu)
-    print(describe(sweep, slots, use_gpu, data, paths), flush=True)
+    data, held = _ready_data(sweep, data, cluster, verbose)
+    streamed = not isinstance(data, TrainingData)
+    data_cpus = stream_cpus(cluster) if streamed else 0
+    if streamed and sweep.scheduler.name in ("hyperband", "bohb"):
+        raise TunerError(
+            f"scheduler.name: {sweep.scheduler.name!r} pauses trials and waits for a full bracket, which the cap on "
+            f"concurrent trials that streaming needs ({data_cpus} CPU(s) kept free for Ray Data) would starve; "
+            "use asha, median, pbt or fifo, or data.streaming: false"
+        )
+    slots = concurrent_trials(sweep, cluster, use_gpu, data_cpus=data_cpus)
+    if data_cpus:
+        held += f"; {data_cpus} CPU(s) kept free of trials for its tasks"
+    print(describe(sweep, slots, use_gpu, data, paths, held), flush=True)
     for line in [] if resume else _earlier_run_note(sweep, paths):
         print(line, flush=True)
     data_ref = ray.put(data)
     reporter = _reporter(sweep, paths)
-    tuner = build_tuner(sweep, paths, data_ref, use_gpu, slots, restore=resume, reporter=None if verbose else reporter)
+    tuner = build_tuner(
+        sweep,
+        paths,
+        data_ref,
+        use_gpu,
+        slots,
+        restore=resume,
+        reporter=None if verbose else reporter,
+        cpus_kept_free=data_cpus > 0,
+    )
     # The report's slot count; only once the sweep (or its restore) is built: a refused
     # resume writes nothing.
     store.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tuner.data import TrainingData
 from tuner.loop import Session, load_state, run_training
 
 _FIT_DONE = "__tuner_fit_done__"
@@ -176,12 +177,15 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
 
 def _fit_torch_trainer(loop: dict[str, Any], setup: TrialSetup, trial_id: str) -> None:
     """One TorchTrainer per trial (or per restore), rank 0's reports relayed to Tune."""
+    import ray
     import ray.train
     from ray import tune
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Queue
 
     queue = Queue(actor_options={"num_cpus": 0})
+    data = ray.get(loop["data_ref"])
+    streamed = None if isinstance(data, TrainingData) else {"train": data.train.dataset, "val": data.val.dataset}
     # A fresh run name per (re)start: a Train run that reuses a name resumes its own
     # last checkpoint and would ignore the one Tune hands over (PBT, retries).
     trainer = TorchTrainer(
@@ -194,6 +198,7 @@ def _fit_torch_trainer(loop: dict[str, Any], setup: TrialSetup, trial_id: str) -
             resources_per_worker=worker_resources(setup),
             label_selector=worker_nodes(setup),
         ),
+        datasets=streamed,  # each worker reads its shard (Train's DataConfig splits every split, equally)
         run_config=ray.train.RunConfig(
             name=f"{trial_id}-{uuid.uuid4().hex[:6]}",
             storage_path=setup.train_dir,
@@ -265,6 +270,11 @@ class _TrainSession(Session):
         checkpoint = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
         ray.train.report(metrics, checkpoint=checkpoint)
 
+    def dataset_shard(self, name: str, dataset: Any) -> Any:
+        import ray.train
+
+        return ray.train.get_dataset_shard(name)  # Train split the trainer's datasets, one equal shard per rank
+
 
 class _TuneSession(Session):
     """The Tune trial's own process (direct mode): one worker, reports straight to Tune."""
@@ -295,6 +305,9 @@ class _TuneSession(Session):
         # Tune copies the folder into the trial's storage before report returns.
         checkpoint = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
         tune.report(metrics, checkpoint=checkpoint)
+
+    def dataset_shard(self, name: str, dataset: Any) -> Any:
+        return dataset  # one worker reads the whole split
 
 
 def train_loop_per_worker(loop: dict[str, Any]) -> None:
