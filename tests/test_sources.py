@@ -164,3 +164,28 @@ def test_headers_are_checked_without_decoding_and_name_the_odd_file(tmp_path):
     with pytest.raises(TunerError, match=r"99999.png: 40x30 px, but .* is 28x28; set data.image_size"):
         sources.check(listing, None)
     assert sources.check(listing, 32) == (28, 28)  # resized anyway: any sizes will do
+
+
+def test_a_plan_streams_by_size_decodes_here_when_small_then_reads_its_cache_with_the_same_statistics(tmp_path):
+    from tuner.config import DataConfig
+    from tuner.data import OwnData, TrainingData
+
+    root = _folder(tmp_path / "digits", {"train": 400, "test": 40})
+    config = DataConfig(dataset="image_folder", path=str(root), channels=1, val_fraction=0.25)
+    plan = OwnData.plan(config, seed=0)
+    assert not plan.cached and plan.decoded_bytes == 400 * 28 * 28  # train + validation
+    assert plan.streams(object_store_bytes=plan.decoded_bytes / 0.5 - 1)  # auto: over half the store
+    assert not plan.streams(object_store_bytes=plan.decoded_bytes / 0.5 + 1)
+    assert OwnData.plan(config.model_copy(update={"streaming": True}), seed=0).streams(object_store_bytes=1e12)
+    assert 0 < plan.serial_decode_s() < 20  # 400 small PNGs: decoded in this process, no Ray needed
+    sampled = plan.stats()  # what a streaming sweep normalises with (decoded from a sample)
+
+    data, how = plan.ready(object_store_bytes=1e12)
+    assert how == "here" and isinstance(data, TrainingData)
+    assert [*data.mean, *data.std] == pytest.approx([*sampled[0], *sampled[1]])  # the same in memory and streamed
+    again = OwnData.plan(config, seed=0)
+    assert again.cached
+    cached, how = again.ready(object_store_bytes=1e12)
+    assert how == "cache" and np.array_equal(cached.train.images, data.train.images)
+    assert np.array_equal(cached.val.labels, data.val.labels)
+    assert [len(images) for images, _ in again.test_chunks(chunk=16)] == [16, 16, 8]

@@ -12,6 +12,7 @@ import gzip
 import os
 import pickle
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,6 +269,12 @@ class StreamingData:
     test: None = None  # the export reads a test split itself, in chunks
 
 
+# Decoding is spread over the cluster with Ray Data when it would take longer than this in
+# the driver: Ray Data's first run costs about 6 s of worker start-up and imports, and on
+# small images its per-block overhead exceeds the decoding (benchmarks/data_paths.py).
+PARALLEL_DECODE_ABOVE_S = 20.0
+
+
 @dataclass
 class OwnData:
     """A user's image folder or Parquet files: listed and checked, not yet decoded."""
@@ -324,14 +331,32 @@ class OwnData:
             return bool(self.config.streaming)
         return self.decoded_bytes > self.config.object_store_share * object_store_bytes
 
-    def ready(self, *, object_store_bytes: float) -> TrainingData | StreamingData:
-        """On a running Ray: decoded in parallel (or from the cache) into memory, or a
-        streaming pipeline when the decoded set would not fit."""
+    def ready(self, *, object_store_bytes: float) -> tuple[TrainingData | StreamingData, str]:
+        """On a running Ray: into memory (from the cache, decoded here, or decoded with Ray
+        Data over the cluster when that would take long here), or a streaming pipeline when
+        the decoded set would not fit; and which of ``cache``, ``here``, ``ray_data`` or
+        ``stream`` it was."""
         from tuner import sources
 
         if self.streams(object_store_bytes):
-            return self.streaming()
-        return self.in_memory(decoder=sources.decode_in_parallel)
+            return self.streaming(), "stream"
+        if self.cached:
+            return self.in_memory(), "cache"
+        if self.serial_decode_s() > PARALLEL_DECODE_ABOVE_S:
+            return self.in_memory(decoder=sources.decode_in_parallel), "ray_data"
+        return self.in_memory(), "here"
+
+    def serial_decode_s(self, sample: int = 64) -> float:
+        """About how long decoding every image in this process would take, timed on a few
+        spread over the training split."""
+        from tuner import sources
+
+        listing = self.source.splits["train"]
+        count = sum(len(listing.labels) for listing in self.source.splits.values())
+        indices = np.linspace(0, len(listing.labels) - 1, num=min(sample, len(listing.labels))).astype(int)
+        started = time.perf_counter()
+        sources.decode(listing, self.config.image_size, self.channels, indices)
+        return (time.perf_counter() - started) / len(indices) * count
 
     def in_memory(self, decoder: Any = None) -> TrainingData:
         from tuner import sources

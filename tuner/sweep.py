@@ -424,11 +424,14 @@ def _ready_data(sweep: SweepConfig, planned: Any, cluster: dict[str, float], ver
     size = f"{planned.decoded_bytes / 2**20:,.0f} MiB decoded"
     share = f"{sweep.data.object_store_share:g} of the {store_bytes / 2**20:,.0f} MiB object store"
     started = time.perf_counter()
-    data = planned.ready(object_store_bytes=store_bytes)
+    data, decoder = planned.ready(object_store_bytes=store_bytes)
     if not isinstance(data, TrainingData):
         why = "data.streaming: true" if sweep.data.streaming is True else f"{size} > {share}"
         return data, f"streamed with Ray Data ({why})"
-    how = "from the cache" if planned.cached else f"decoded in parallel in {time.perf_counter() - started:.1f} s"
+    took = time.perf_counter() - started
+    how = {"cache": "from the cache", "ray_data": f"decoded with Ray Data in {took:.1f} s"}.get(
+        decoder, f"decoded in this process in {took:.1f} s"
+    )
     return data, f"in memory ({size}, {how})"
 
 
