@@ -189,3 +189,53 @@ def test_a_plan_streams_by_size_decodes_here_when_small_then_reads_its_cache_wit
     assert how == "cache" and np.array_equal(cached.train.images, data.train.images)
     assert np.array_equal(cached.val.labels, data.val.labels)
     assert [len(images) for images, _ in again.test_chunks(chunk=16)] == [16, 16, 8]
+
+
+@pytest.mark.parametrize(
+    "layout, splits",
+    [
+        # Hugging Face's file names; split folders below data.path; a path whose own folders
+        # are named like splits (they are above data.path: not read); names that only start so.
+        (["data/train-00000-of-00002.parquet", "data/test-00000-of-00001.parquet"], ["test", "train"]),
+        (["train/a.parquet", "validation/b.parquet", "test/c.parquet"], ["test", "train", "val"]),
+        (["test_data/a.parquet", "trainings/b.parquet"], ["train"]),
+    ],
+)
+def test_parquet_splits_come_from_names_below_the_data_path(tmp_path, layout, splits):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels = _mnist(len(layout) * 5)
+    root = tmp_path / "test" / "mine"  # a "test" folder above data.path must not matter
+    for n, name in enumerate(layout):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        rows = slice(n * 5, n * 5 + 5)
+        pq.write_table(pa.table({"image": [_png(i) for i in images[rows]], "label": labels[rows]}), root / name)
+    assert sorted(sources.list_parquet(str(root), "image", "label").splits) == splits
+
+
+def test_empty_splits_negative_labels_and_the_columns_in_the_cache_key(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = _folder(tmp_path / "digits", {"train": 30})
+    (root / "test" / "3").mkdir(parents=True)
+    (root / "val" / ".ipynb_checkpoints").mkdir(parents=True)  # hidden: not a class
+    (root / "val" / "3").mkdir()
+    (root / "val" / "3" / "x.png").write_bytes(next((root / "train" / "3").iterdir()).read_bytes())
+    with pytest.raises(TunerError, match=r"digits/test has no images"):
+        sources.list_image_folder(str(root))
+    images, labels = _mnist(4)
+    file = tmp_path / "negative.parquet"
+    pq.write_table(pa.table({"image": [_png(i) for i in images], "label": [0, 1, -1, 2]}), file)
+    with pytest.raises(TunerError, match=r"negative.parquet:row 2: .* holds -1; labels must be integers from 0"):
+        sources.list_parquet(str(file), "image", "label")
+    two = tmp_path / "two.parquet"
+    pngs = [_png(i) for i in images]
+    pq.write_table(pa.table({"image": pngs, "label": [0, 1, 2, 3], "other": [3, 2, 1, 0]}), two)
+    by_label = sources.list_parquet(str(two), "image", "label")
+    by_other = sources.list_parquet(str(two), "image", "other")
+    assert sources.cache_key(by_label, None, 1) != sources.cache_key(by_other, None, 1)
+    sources.decoded(by_label, None, 1)
+    cached, hit = sources.decoded(by_other, None, 1)
+    assert not hit and list(cached["train"][1]) == [3, 2, 1, 0]  # the other column's labels, not the cache's

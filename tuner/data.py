@@ -287,6 +287,7 @@ class OwnData:
     channels: int
     size: int
     cached: bool  # an earlier sweep decoded these files: no header check, no decoding
+    record: dict | None = None  # what the sweep records of them (tuner.store.write_data_description)
 
     @classmethod
     def plan(cls, config, *, seed: int, check: bool = True) -> OwnData:
@@ -296,7 +297,7 @@ class OwnData:
             source = sources.list_image_folder(config.path)
         else:
             source = sources.list_parquet(config.path, config.image_column, config.label_column)
-        cached = sources.cache_path(source, config.image_size, config.channels).is_file()
+        cached = (sources.cache_path(source, config.image_size, config.channels) / "complete").is_file()
         if check and not cached:
             for listing in source.splits.values():  # every header: a bad file is named before Ray starts
                 sources.check(listing, config.image_size)
@@ -331,14 +332,16 @@ class OwnData:
             return bool(self.config.streaming)
         return self.decoded_bytes > self.config.object_store_share * object_store_bytes
 
-    def ready(self, *, object_store_bytes: float) -> tuple[TrainingData | StreamingData, str]:
+    def ready(
+        self, *, object_store_bytes: float, stream: bool | None = None
+    ) -> tuple[TrainingData | StreamingData, str]:
         """On a running Ray: into memory (from the cache, decoded here, or decoded with Ray
         Data over the cluster when that would take long here), or a streaming pipeline when
-        the decoded set would not fit; and which of ``cache``, ``here``, ``ray_data`` or
-        ``stream`` it was."""
+        the decoded set would not fit (``stream`` decides instead where given); and which of
+        ``cache``, ``here``, ``ray_data`` or ``stream`` it was."""
         from tuner import sources
 
-        if self.streams(object_store_bytes):
+        if self.streams(object_store_bytes) if stream is None else stream:
             return self.streaming(), "stream"
         if self.cached:
             return self.in_memory(), "cache"
@@ -409,13 +412,25 @@ class OwnData:
         from tuner import sources
 
         positions = sources.sample_of(np.arange(len(self.train[1])), self.seed)
-        cached = sources.from_cache(self.source, self.config.image_size, self.channels)
-        if cached is not None:
-            images = cached[self.train[0]][0][self.train[1][positions]]
+        cached = sources.from_cache(self.source, self.config.image_size, self.channels, [self.train[0]])
+        if cached is not None:  # memory-mapped: only the sample is read
+            images = np.asarray(cached[self.train[0]][0][self.train[1][positions]])
         else:
             listing = self.source.splits[self.train[0]]
             images = sources.decode(listing, self.config.image_size, self.channels, self.train[1][positions])
         return channel_stats(images)
+
+    def describe(self, mean_std: tuple[tuple[float, ...], tuple[float, ...]] | None = None) -> dict:
+        mean, std = mean_std or self.stats()
+        return {
+            "dataset": self.config.dataset,
+            "channels": self.channels,
+            "size": self.size,
+            "num_classes": len(self.source.classes),
+            "mean": list(mean),
+            "std": list(std),
+            "classes": list(self.source.classes),
+        }
 
     def test_chunks(self, chunk: int = 1000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The ``test/`` split in chunks (from the cache, else decoded here, a chunk at a time)."""
@@ -424,11 +439,11 @@ class OwnData:
         listing = self.source.splits.get("test")
         if listing is None:
             return
-        cached = sources.from_cache(self.source, self.config.image_size, self.channels)
+        cached = sources.from_cache(self.source, self.config.image_size, self.channels, ["test"])
         for begin in range(0, len(listing.labels), chunk):
             indices = np.arange(begin, min(begin + chunk, len(listing.labels)))
             if cached is not None:
-                yield cached["test"][0][indices], cached["test"][1][indices]
+                yield np.asarray(cached["test"][0][indices]), listing.labels[indices]
             else:
                 yield sources.decode(listing, self.config.image_size, self.channels, indices), listing.labels[indices]
 
@@ -436,7 +451,9 @@ class OwnData:
         """A few images as the model will see them (the export's input example)."""
         from tuner import sources
 
-        split, indices = ("test", np.arange(count)) if "test" in self.source.splits else self.val
+        split, indices = self.val
+        if "test" in self.source.splits:
+            split, indices = "test", np.arange(len(self.source.splits["test"].labels))
         listing = self.source.splits[split]
         return sources.decode(listing, self.config.image_size, self.channels, indices[:count])
 
@@ -444,23 +461,13 @@ class OwnData:
 def describe(config, *, seed: int) -> dict:
     """What a model trained on these data needs to know of them (the export's ``data``):
     shape, classes and normalisation. A user's own files are listed, not decoded (the
-    statistics come from a sample)."""
+    statistics come from a sample); a sweep records this at its start (``data.json``)."""
     if config.dataset in DATASETS:
         info = DATASETS[config.dataset]
         shape = {"channels": info.channels, "size": info.size, "num_classes": info.num_classes}
         stats = {"mean": list(info.mean), "std": list(info.std), "classes": list(CLASS_NAMES[config.dataset])}
         return {"dataset": config.dataset, **shape, **stats}
-    plan = OwnData.plan(config, seed=seed, check=False)
-    mean, std = plan.stats()
-    return {
-        "dataset": config.dataset,
-        "channels": plan.channels,
-        "size": plan.size,
-        "num_classes": len(plan.source.classes),
-        "mean": list(mean),
-        "std": list(std),
-        "classes": list(plan.source.classes),
-    }
+    return OwnData.plan(config, seed=seed, check=False).describe()
 
 
 def test_chunks(config, *, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import yaml
 
+from tuner import store
 from tuner.data import describe, examples, normalise, test_chunks
 from tuner.errors import TunerError
 from tuner.models import build_model
@@ -167,7 +168,8 @@ def export_best(
     )
     sampled = {k: _plain(v) for k, v in best.config.items()}
     train, model_options = resolve_hyperparameters(setup, sampled)
-    described = describe(sweep.data, seed=sweep.seed)
+    recorded = store.read_data_description(paths)  # a user's own data as the sweep saw them
+    described = recorded["data"] if recorded else describe(sweep.data, seed=sweep.seed)
     config = {
         "sweep": sweep.name,
         "trial_id": val_metrics["trial_id"],

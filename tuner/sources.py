@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from tuner import store
 from tuner.errors import TunerError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -53,6 +53,7 @@ class Source:
     path: str
     classes: list[str]
     splits: dict[str, Listing]  # train, and val / test when present
+    columns: tuple[str, str] = ("", "")  # parquet: the image and label columns
 
     def identity(self) -> list[Any]:
         """Every input file's path, size and mtime: the cache key's data part."""
@@ -94,12 +95,16 @@ def list_image_folder(path: str) -> Source:
                 raise TunerError(f"data.path: class folder {folder / name} has no images ({', '.join(IMAGE_SUFFIXES)})")
             files += images
             labels += [index] * len(images)
-        unknown = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name not in classes)
+        unknown = sorted(
+            p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in classes
+        )
         if unknown:
             raise TunerError(
                 f"data.path: {folder} has class folders that train/ lacks: {', '.join(unknown)}; "
                 "every class must be in train/"
             )
+        if not files:
+            raise TunerError(f"data.path: {folder} has no images; remove it or put {split} images in <class>/ folders")
         splits[split] = Listing([str(f) for f in files], np.asarray(labels, dtype=np.int64), files=files)
     return Source("image_folder", str(root), classes, splits)
 
@@ -119,26 +124,32 @@ def parquet_files(path: str) -> list[Path]:
     return files
 
 
-def list_parquet(path: str, image_column: str, label_column: str, split_column: str | None = None) -> Source:
+def list_parquet(path: str, image_column: str, label_column: str) -> Source:
     """Parquet rows of encoded images and labels; string labels become sorted class names.
 
-    Files under a ``train/``, ``val/`` or ``test/`` folder (or named so) make those splits;
-    the rest are the training split."""
+    Files named ``train*``, ``val*``/``validation*`` or ``test*`` (as Hugging Face names
+    them: ``test-00000-of-00001.parquet``), or under such a folder below ``path``, make
+    those splits; the rest are the training split."""
     import pyarrow.parquet as pq
 
     grouped: dict[str, list[tuple[str, bytes, Any]]] = {}
+    base = _base_of(path)
     for file in parquet_files(path):
         try:
-            table = pq.read_table(file)
+            names = pq.read_schema(file).names
         except Exception as error:  # pyarrow raises its own types for a bad file
             raise TunerError(f"{file}: not a readable Parquet file ({type(error).__name__})") from None
         for column in (image_column, label_column):
-            if column not in table.column_names:
+            if column not in names:
                 key = "data.image_column" if column == image_column else "data.label_column"
-                raise TunerError(f"{file}: no column {column!r} ({key}); its columns: {', '.join(table.column_names)}")
+                raise TunerError(f"{file}: no column {column!r} ({key}); its columns: {', '.join(names)}")
+        try:
+            table = pq.read_table(file, columns=[image_column, label_column])  # only the two columns
+        except Exception as error:
+            raise TunerError(f"{file}: not a readable Parquet file ({type(error).__name__})") from None
         images = table.column(image_column).to_pylist()
         labels = table.column(label_column).to_pylist()
-        split = _split_of(file)
+        split = _split_of(file, base)
         rows = grouped.setdefault(split, [])
         for number, (image, label) in enumerate(zip(images, labels, strict=True)):
             if isinstance(image, dict) and "bytes" in image:  # Hugging Face's image struct
@@ -148,14 +159,17 @@ def list_parquet(path: str, image_column: str, label_column: str, split_column: 
                     f"{file}:row {number}: data.image_column {image_column!r} holds {type(image).__name__}, "
                     "not encoded image bytes (PNG/JPEG)"
                 )
-            if isinstance(label, bool) or not isinstance(label, (int, str)):
+            if isinstance(label, bool) or not isinstance(label, (int, str)) or (isinstance(label, int) and label < 0):
                 raise TunerError(
                     f"{file}:row {number}: data.label_column {label_column!r} holds {label!r}; labels must be "
-                    "integers or strings"
+                    "integers from 0 or strings"
                 )
             rows.append((f"{file}:row {number}", bytes(image), label))
-    if "train" not in grouped:
-        raise TunerError(f"data.path: {path} has no training rows (files under val/ or test/ only)")
+    if not grouped.get("train"):
+        raise TunerError(f"data.path: {path} has no training rows (no rows, or files of val/ or test/ only)")
+    for split, rows in grouped.items():
+        if not rows:
+            raise TunerError(f"data.path: the {split} files in {path} have no rows")
     every = [label for rows in grouped.values() for _, _, label in rows]
     if all(isinstance(label, int) for label in every):
         classes = [str(c) for c in range(max(every) + 1)]
@@ -173,13 +187,33 @@ def list_parquet(path: str, image_column: str, label_column: str, split_column: 
         )
         for split, rows in grouped.items()
     }
-    return Source("parquet", path, classes, splits)
+    return Source("parquet", path, classes, splits, (image_column, label_column))
 
 
-def _split_of(file: Path) -> str:
-    for part in (file.stem.lower(), *(p.lower() for p in file.parts[:-1])):
-        if part in SPLITS:
-            return part
+_SPLIT_NAME = re.compile(r"^(train|training|val|valid|validation|test)([-_.]\d.*)?$")  # test-00000-of-00001
+_SPLIT_OF = {"training": "train", "valid": "val", "validation": "val"}
+
+
+def _base_of(path: str) -> Path:
+    """The folder that split names are read below: ``path`` itself, a glob's fixed part,
+    or a file's folder."""
+    expanded = Path(os.path.expanduser(path))
+    if any(ch in str(expanded) for ch in "*?["):
+        fixed = [part for part in expanded.parts if not any(ch in part for ch in "*?[")]
+        return Path(*expanded.parts[: len(fixed)]) if fixed else Path(".")
+    return expanded if expanded.is_dir() else expanded.parent
+
+
+def _split_of(file: Path, base: Path) -> str:
+    """The split a file's name says, else its nearest folder below ``base`` says, else train."""
+    try:
+        below = file.relative_to(base).parts[:-1]
+    except ValueError:
+        below = ()
+    for name in (file.stem, *reversed(below)):
+        match = _SPLIT_NAME.match(name.lower())
+        if match:
+            return _SPLIT_OF.get(match.group(1), match.group(1))
     return "train"
 
 
@@ -338,6 +372,9 @@ def sample_of(indices: np.ndarray, seed: int, count: int = 4096) -> np.ndarray:
 
 
 # --- the cache ------------------------------------------------------------------------------------
+CACHE_FORMAT = 2  # a folder of .npy files per decoded set (1 was one .npz)
+
+
 def cache_dir() -> Path:
     base = os.environ.get("TUNER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tuner")
     return Path(base) / "decoded"
@@ -345,28 +382,35 @@ def cache_dir() -> Path:
 
 def cache_key(source: Source, size: int | None, channels: int) -> str:
     identity = {
+        "format": CACHE_FORMAT,
         "kind": source.kind,
         "classes": source.classes,
         "files": source.identity(),
         "size": size,
         "channels": channels,
+        "columns": list(source.columns),
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def cache_path(source: Source, size: int | None, channels: int) -> Path:
-    return cache_dir() / f"{cache_key(source, size, channels)}.npz"
+    """The folder of one decoded set: ``<split>.npy`` per split, and ``complete`` once all are."""
+    return cache_dir() / cache_key(source, size, channels)
 
 
-def from_cache(source: Source, size: int | None, channels: int) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
-    """``{split: (images, labels)}`` decoded by an earlier sweep on the same files, or None."""
-    path = cache_path(source, size, channels)
-    if not path.is_file():
+def from_cache(
+    source: Source, size: int | None, channels: int, splits: Sequence[str] | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """``{split: (images, labels)}`` decoded by an earlier sweep on the same files, or None.
+    The images are memory-mapped (read as they are used); the labels are the listing's."""
+    folder = cache_path(source, size, channels)
+    if not (folder / "complete").is_file():
         return None
     try:
-        with np.load(path) as saved:
-            return {s: (saved[f"{s}_x"], saved[f"{s}_y"]) for s in source.splits}
-    except (OSError, ValueError, KeyError):
+        return {
+            s: (np.load(folder / f"{s}.npy", mmap_mode="r"), source.splits[s].labels) for s in (splits or source.splits)
+        }
+    except (OSError, ValueError):
         return None  # a damaged cache entry is decoded again and replaced
 
 
@@ -378,12 +422,17 @@ def decode_and_cache(
     The headers were checked first (``check``)."""
     decoder = decoder or decode
     result = {s: (decoder(listing, size, channels), listing.labels) for s, listing in source.splits.items()}
-    buffer = io.BytesIO()
-    np.savez(buffer, **{f"{s}_{k}": v for s, (x, y) in result.items() for k, v in (("x", x), ("y", y))})
+    folder = cache_path(source, size, channels)
+    partial = folder / f".partial.{os.getpid()}"
     try:
-        store.write_atomic(cache_path(source, size, channels), buffer.getvalue())
-    except TunerError:
-        pass  # no room for the cache: the sweep goes on without it
+        folder.mkdir(parents=True, exist_ok=True)
+        for split, (images, _) in result.items():
+            with open(partial, "wb") as handle:  # written straight from the array: no copy in memory
+                np.save(handle, images)
+            os.replace(partial, folder / f"{split}.npy")
+        (folder / "complete").write_text(json.dumps({"path": source.path, "splits": list(result)}) + "\n")
+    except OSError:
+        partial.unlink(missing_ok=True)  # no room for the cache (or no permission): the sweep goes on without it
     return result
 
 

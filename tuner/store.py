@@ -36,6 +36,7 @@ LOCK_FILE = "lock"
 HISTORY_DIR = "history"
 TIMELINE_FILE = "timeline.jsonl"
 MLFLOW_FILE = "mlflow.json"
+DATA_FILE = "data.json"  # a user's own data as the sweep saw them (classes, shape, statistics, how held)
 TRIAL_METRICS = ("train_loss", "val_loss", "val_accuracy", "lr", "compute_s", "images_per_s")
 HISTORY_KEYS = (
     "trial_id",
@@ -130,6 +131,10 @@ class SweepPaths:
     @property
     def mlflow_state(self) -> Path:
         return self.root / MLFLOW_FILE
+
+    @property
+    def data_description(self) -> Path:
+        return self.root / DATA_FILE
 
 
 # --- writes -----------------------------------------------------------------------------
@@ -443,6 +448,21 @@ def append_timeline(paths: SweepPaths, trial_id: str, event: str, **extra: Any) 
 
 def read_timeline(paths: SweepPaths) -> list[dict[str, Any]]:
     return read_json_lines(paths.timeline)
+
+
+def write_data_description(paths: SweepPaths, description: dict[str, Any]) -> None:
+    write_atomic(paths.data_description, json.dumps(description, indent=2))
+
+
+def read_data_description(paths: SweepPaths) -> dict[str, Any] | None:
+    """What a sweep on a user's own data recorded of them at its start (None for built-in
+    sets and folders from before it was recorded)."""
+    if not paths.data_description.exists():
+        return None
+    description = read_json(paths.data_description, what="data description")
+    if not isinstance(description.get("data"), dict):
+        raise TunerError(f"{paths.data_description}: not a readable data description (no 'data')")
+    return description
 
 
 def read_mlflow_state(paths: SweepPaths) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -228,7 +229,7 @@ def build_tuner(
     *,
     restore: bool = False,
     reporter: Any = None,
-    cpus_kept_free: bool = False,
+    streamed: bool = False,
 ) -> Any:
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
     from ray import tune
@@ -252,6 +253,7 @@ def build_tuner(
         train_on_cpu=os.environ.get("TUNER_TEST_TRAIN_ON_CPU") == "1",
         augment=tuple(sweep.data.augment),
         crop_padding=sweep.data.crop_padding,
+        streamed=streamed,
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
@@ -274,7 +276,7 @@ def build_tuner(
             metric=sweep.metric,
             mode=sweep.mode,
             search_alg=searchers.build_searcher(
-                sweep, slots, gpus_out_of_sight=use_gpu and not sweep.scaling.direct, cpus_kept_free=cpus_kept_free
+                sweep, slots, gpus_out_of_sight=use_gpu and not sweep.scaling.direct, cpus_kept_free=streamed
             ),
             scheduler=schedulers.build_scheduler(sweep),
             num_samples=sweep.trials.num_samples,
@@ -410,9 +412,19 @@ def _load_data(sweep: SweepConfig) -> Any:
     return plan_data(sweep.data, seed=sweep.seed)
 
 
-def _ready_data(sweep: SweepConfig, planned: Any, cluster: dict[str, float], verbose: bool) -> tuple[Any, str]:
-    """The data trials read, and how (the plan line's words): in memory, decoded in
-    parallel or from the cache, or streamed when the decoded set would not fit."""
+def _smallest_object_store() -> float:
+    """The smallest alive node's object store: the one copy of an in-memory set must fit
+    on any node a trial lands on."""
+    import ray
+
+    stores = [node["Resources"].get("object_store_memory", 0) for node in ray.nodes() if node["Alive"]]
+    return min(stores) if stores else 0.0
+
+
+def _ready_data(sweep: SweepConfig, planned: Any, paths: SweepPaths, resume: bool, verbose: bool) -> tuple[Any, str]:
+    """The data trials read, and how (the plan line's words): in memory, decoded or from
+    the cache, or streamed when the decoded set would not fit. A resumed sweep keeps the
+    way its first run chose (its searcher, restored by Tune, keeps that run's cap)."""
     from tuner.data import OwnData
 
     if not isinstance(planned, OwnData):
@@ -420,13 +432,26 @@ def _ready_data(sweep: SweepConfig, planned: Any, cluster: dict[str, float], ver
     from tuner import sources
 
     sources.quiet_ray_data(verbose)
-    store_bytes = cluster.get("object_store_memory", 0)
+    earlier = store.read_data_description(paths) if resume else None
+    store_bytes = _smallest_object_store()
     size = f"{planned.decoded_bytes / 2**20:,.0f} MiB decoded"
     share = f"{sweep.data.object_store_share:g} of the {store_bytes / 2**20:,.0f} MiB object store"
     started = time.perf_counter()
-    data, decoder = planned.ready(object_store_bytes=store_bytes)
+    held = None if earlier is None else earlier.get("held") == "stream"
+    data, decoder = planned.ready(object_store_bytes=store_bytes, stream=held)
+    if isinstance(data, TrainingData):
+        data = dataclasses.replace(data, test=None)  # trials never read it; the export reads it itself
+    if not resume or earlier is None:  # written by _run once the sweep is built
+        planned.record = {
+            "data": planned.describe((data.mean, data.std)),
+            "held": "memory" if isinstance(data, TrainingData) else "stream",
+        }
     if not isinstance(data, TrainingData):
-        why = "data.streaming: true" if sweep.data.streaming is True else f"{size} > {share}"
+        why = (
+            "as its first run"
+            if held is not None
+            else ("data.streaming: true" if sweep.data.streaming is True else f"{size} > {share}")
+        )
         return data, f"streamed with Ray Data ({why})"
     took = time.perf_counter() - started
     how = {"cache": "from the cache", "ray_data": f"decoded with Ray Data in {took:.1f} s"}.get(
@@ -512,7 +537,8 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool, verb
     check_shared_storage(paths)
     cluster = ray.cluster_resources()
     use_gpu = decide_gpu(sweep, cluster)
-    data, held = _ready_data(sweep, data, cluster, verbose)
+    planned = data
+    data, held = _ready_data(sweep, planned, paths, resume, verbose)
     streamed = not isinstance(data, TrainingData)
     data_cpus = stream_cpus(cluster) if streamed else 0
     if streamed and sweep.scheduler.name in ("hyperband", "bohb"):
@@ -537,11 +563,13 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool, verb
         slots,
         restore=resume,
         reporter=None if verbose else reporter,
-        cpus_kept_free=data_cpus > 0,
+        streamed=streamed,
     )
     # The report's slot count; only once the sweep (or its restore) is built: a refused
     # resume writes nothing.
     store.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume)
+    if getattr(planned, "record", None):  # a user's own data: what the export and a resume build on
+        store.write_data_description(store.current(paths), planned.record)
     with (
         _stop_cleanly_on_ctrl_c() as interrupted,
         reporter if not verbose else contextlib.nullcontext(),

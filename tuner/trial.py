@@ -31,7 +31,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from tuner.data import TrainingData
 from tuner.loop import Session, load_state, run_training
 
 _FIT_DONE = "__tuner_fit_done__"
@@ -55,6 +54,7 @@ class TrialSetup:
     train_on_cpu: bool = False  # test-only: GPUs declared to Ray, none present (TUNER_TEST_TRAIN_ON_CPU)
     augment: tuple[str, ...] = ()  # data.augment (a trial may sample its own)
     crop_padding: int = 4
+    streamed: bool = False  # the data stream from a Ray Data pipeline (tuner.data.StreamingData)
 
 
 # A trial's CPUs are reserved by Tune, one bundle per worker in the trial's placement
@@ -184,8 +184,10 @@ def _fit_torch_trainer(loop: dict[str, Any], setup: TrialSetup, trial_id: str) -
     from ray.util.queue import Queue
 
     queue = Queue(actor_options={"num_cpus": 0})
-    data = ray.get(loop["data_ref"])
-    streamed = None if isinstance(data, TrainingData) else {"train": data.train.dataset, "val": data.val.dataset}
+    streamed = None
+    if setup.streamed:  # (an in-memory set is not fetched here: the workers map it on their nodes)
+        data = ray.get(loop["data_ref"])
+        streamed = {"train": data.train.dataset, "val": data.val.dataset}
     # A fresh run name per (re)start: a Train run that reuses a name resumes its own
     # last checkpoint and would ignore the one Tune hands over (PBT, retries).
     trainer = TorchTrainer(
