@@ -239,3 +239,52 @@ def test_empty_splits_negative_labels_and_the_columns_in_the_cache_key(tmp_path)
     sources.decoded(by_label, None, 1)
     cached, hit = sources.decoded(by_other, None, 1)
     assert not hit and list(cached["train"][1]) == [3, 2, 1, 0]  # the other column's labels, not the cache's
+
+
+def _break(root, case: str):
+    """A copy of a small image folder or Parquet file, broken the way ``case`` says; the
+    data config that reads it; and the file the error must name."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = _folder(root / "digits", {"train": 20})
+    data = {"dataset": "image_folder", "path": str(folder), "channels": 1}
+    if case == "missing_folder":
+        return {**data, "path": str(root / "nowhere")}, "nowhere is not a folder"
+    if case == "empty_class":
+        (folder / "train" / "extra").mkdir()
+        return data, "extra has no images"
+    if case == "unreadable_image":
+        (folder / "train" / "3" / "broken.png").write_bytes(b"not a png")
+        return data, "3/broken.png: not a readable image"
+    if case == "mixed_sizes":
+        from PIL import Image
+
+        Image.new("L", (40, 30)).save(folder / "train" / "5" / "wide.png")
+        return data, "wide.png: 40x30 px"
+    images, _ = _mnist(4)
+    labels = [0.5, 1.0, 2.0, 3.0] if case == "float_labels" else [0, 1, 2, 3]
+    pq.write_table(pa.table({"image": [_png(i) for i in images], "label": labels}), root / "rows.parquet")
+    data = {"dataset": "parquet", "path": str(root / "rows.parquet"), "channels": 1}
+    if case == "no_label_column":
+        return {**data, "label_column": "digit"}, "no column 'digit' (data.label_column)"
+    return data, "rows.parquet:row 0: data.label_column 'label' holds 0.5"
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["missing_folder", "empty_class", "unreadable_image", "mixed_sizes", "no_label_column", "float_labels"],
+)
+def test_bad_own_data_is_one_line_exit_2_before_ray_and_writes_nothing(tmp_path, case):
+    import yaml
+    from integration_helpers import tuner_cli
+
+    data, words = _break(tmp_path, case)
+    sweep = tmp_path / "mine.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "mine", "output_dir": str(tmp_path / "runs"), "data": data}))
+    done = tuner_cli("sweep", str(sweep), timeout=120, env={"TUNER_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("tuner: error:")]
+    assert len(errors) == 1 and words in errors[0] and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "Started a local Ray" not in done.stderr  # refused before Ray starts
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()  # nothing written
