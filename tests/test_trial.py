@@ -106,6 +106,8 @@ def _train(local_ray, **train) -> tuple[list[dict], dict]:
         "fail_once_at_epoch": None,
         "fail_marker": "",
         "entered_at": time.time(),
+        "augment": [],
+        "crop_padding": 4,
     }
     session = Collect()
     run_training(loop, session)
