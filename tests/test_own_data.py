@@ -192,3 +192,14 @@ def test_a_streamed_trial_resumes_from_its_checkpoint_and_ddp_workers_read_their
     # Each rank trains on its own equal shard: together, the whole training split once per epoch.
     assert all(row["train_images"] == 2700 for row in rows), rows
     assert rows[1]["val_accuracy"] > 0.8 and outcome.best["test_images"] == 1000
+
+
+def test_ray_datas_parallel_decode_gives_the_same_pixels_in_the_same_order(small_store_ray, digits):
+    """Sweeps use it where decoding in the driver would take over 20 s (large sets):
+    the same array as decoding here."""
+    from tuner import sources
+
+    listing = sources.list_image_folder(str(digits / "folder")).splits["train"]
+    parallel = sources.decode_in_parallel(listing, 20, 1)  # resized, so the decoder does real work
+    assert parallel.shape == (2700, 1, 20, 20)
+    assert np.array_equal(parallel, sources.decode(listing, 20, 1))

@@ -288,3 +288,24 @@ def test_bad_own_data_is_one_line_exit_2_before_ray_and_writes_nothing(tmp_path,
     assert len(errors) == 1 and words in errors[0] and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "Started a local Ray" not in done.stderr  # refused before Ray starts
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()  # nothing written
+
+
+def test_what_the_export_reads_is_listed_once_for_built_in_and_own_data(tmp_path):
+    from tuner.config import DataConfig
+    from tuner.data import DATASETS, held_out
+
+    mnist = held_out(DataConfig(dataset="mnist", root=str(data_root()), download=False), seed=0)
+    assert mnist.describe()["mean"] == list(DATASETS["mnist"].mean) and mnist.describe()["num_classes"] == 10
+    assert sum(len(labels) for _, labels in mnist.test_chunks()) == 10_000
+    assert mnist.examples().shape == (2, 1, 28, 28)
+
+    root = _folder(tmp_path / "digits", {"train": 60, "test": 12})
+    own = held_out(DataConfig(dataset="image_folder", path=str(root), channels=1), seed=0)
+    assert own.describe()["classes"] == [str(d) for d in range(10)] and own.describe()["size"] == 28
+    chunks = list(own.test_chunks())
+    assert sum(len(labels) for _, labels in chunks) == 12 and chunks[0][0].dtype == np.uint8
+    assert np.array_equal(own.examples(), chunks[0][0][:2])  # test images first
+    (tmp_path / "no_test").mkdir()
+    (root / "train").rename(tmp_path / "no_test" / "train")
+    without = held_out(DataConfig(dataset="image_folder", path=str(tmp_path / "no_test"), channels=1), seed=0)
+    assert list(without.test_chunks()) == [] and without.examples().shape == (2, 1, 28, 28)  # validation images

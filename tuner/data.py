@@ -458,33 +458,34 @@ class OwnData:
         return sources.decode(listing, self.config.image_size, self.channels, indices[:count])
 
 
-def describe(config, *, seed: int) -> dict:
-    """What a model trained on these data needs to know of them (the export's ``data``):
-    shape, classes and normalisation. A user's own files are listed, not decoded (the
-    statistics come from a sample); a sweep records this at its start (``data.json``)."""
-    if config.dataset in DATASETS:
-        info = DATASETS[config.dataset]
+@dataclass
+class BuiltinData:
+    """A built-in set, as the export reads it (the same methods as ``OwnData``)."""
+
+    config: Any
+
+    def describe(self) -> dict:
+        info = DATASETS[self.config.dataset]
         shape = {"channels": info.channels, "size": info.size, "num_classes": info.num_classes}
-        stats = {"mean": list(info.mean), "std": list(info.std), "classes": list(CLASS_NAMES[config.dataset])}
-        return {"dataset": config.dataset, **shape, **stats}
-    return OwnData.plan(config, seed=seed, check=False).describe()
+        stats = {"mean": list(info.mean), "std": list(info.std), "classes": list(CLASS_NAMES[self.config.dataset])}
+        return {"dataset": self.config.dataset, **shape, **stats}
 
-
-def test_chunks(config, *, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The held-out test images and labels, in chunks: a built-in set's test split, or a
-    user's ``test/`` (nothing when their data have none)."""
-    if config.dataset in DATASETS:
-        split = load_test_split(config.dataset, config.root, download=config.download)
+    def test_chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        split = load_test_split(self.config.dataset, self.config.root, download=self.config.download)
         yield split.images, split.labels
-        return
-    yield from OwnData.plan(config, seed=seed, check=False).test_chunks()
+
+    def examples(self, count: int = 2) -> np.ndarray:
+        return load_test_split(self.config.dataset, self.config.root, download=self.config.download).images[:count]
 
 
-def examples(config, *, seed: int, count: int = 2) -> np.ndarray:
-    """A few images (test, else validation) for the export's input example."""
+def held_out(config, *, seed: int) -> BuiltinData | OwnData:
+    """What the export reads of a sweep's data, listed once: ``describe()`` (shape, classes,
+    normalisation; a user's own statistics from a sample, as a sweep records them in
+    ``data.json``), ``test_chunks()`` (nothing when there is no test split) and
+    ``examples()`` (test images, else validation ones)."""
     if config.dataset in DATASETS:
-        return load_test_split(config.dataset, config.root, download=config.download).images[:count]
-    return OwnData.plan(config, seed=seed, check=False).examples(count)
+        return BuiltinData(config)
+    return OwnData.plan(config, seed=seed, check=False)
 
 
 def channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:

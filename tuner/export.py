@@ -25,7 +25,7 @@ import torch
 import yaml
 
 from tuner import store
-from tuner.data import describe, examples, normalise, test_chunks
+from tuner.data import held_out, normalise
 from tuner.errors import TunerError
 from tuner.models import build_model
 
@@ -168,8 +168,9 @@ def export_best(
     )
     sampled = {k: _plain(v) for k, v in best.config.items()}
     train, model_options = resolve_hyperparameters(setup, sampled)
+    held = held_out(sweep.data, seed=sweep.seed)  # listed once: a Parquet source reads its files
     recorded = store.read_data_description(paths)  # a user's own data as the sweep saw them
-    described = recorded["data"] if recorded else describe(sweep.data, seed=sweep.seed)
+    described = recorded["data"] if recorded else held.describe()
     config = {
         "sweep": sweep.name,
         "trial_id": val_metrics["trial_id"],
@@ -192,8 +193,8 @@ def export_best(
     model.load_state_dict(state["model"])
     exported = ExportedModel(model, config, {})
     # A user's data without test/: no test score, said so.
-    test_loss, test_accuracy, test_images = evaluate_chunks(exported, test_chunks(sweep.data, seed=sweep.seed))
-    example = examples(sweep.data, seed=sweep.seed)
+    test_loss, test_accuracy, test_images = evaluate_chunks(exported, held.test_chunks())
+    example = held.examples()
     metrics = {
         "trial_id": config["trial_id"],
         "epoch": config["epoch"],

@@ -328,20 +328,28 @@ def quiet_ray_data(verbose: bool = False) -> None:
     context.print_on_execution_start = False
 
 
+def _pipeline(listing: Listing, indices: np.ndarray | None, size: int | None, channels: int, shuffle: bool) -> Any:
+    """A Ray Data pipeline decoding the chosen images (all, without ``indices``) in tasks:
+    columns ``i`` (position in the listing), ``image`` and ``label``."""
+    import ray.data
+
+    items = rows(listing, indices)
+    dataset = ray.data.from_items(items, override_num_blocks=_blocks(len(items)))
+    if shuffle:
+        dataset = dataset.randomize_block_order()
+    return dataset.map_batches(
+        decode_batch, fn_kwargs={"size": size, "channels": channels}, batch_size=256, batch_format="numpy"
+    )
+
+
 def decode_in_parallel(listing: Listing, size: int | None, channels: int) -> np.ndarray:
     """``decode`` spread over the Ray cluster's CPUs with Ray Data (a running Ray needed):
     blocks of files (or encoded bytes) decoded by tasks, put back in their order."""
-    import ray.data
-
     if not len(listing.labels):
         return np.zeros((0, channels, size or 1, size or 1), dtype=np.uint8)
-    items = rows(listing)
-    dataset = ray.data.from_items(items, override_num_blocks=_blocks(len(items))).map_batches(
-        decode_batch, fn_kwargs={"size": size, "channels": channels}, batch_size=256, batch_format="numpy"
-    )
     order: list[np.ndarray] = []
     arrays: list[np.ndarray] = []
-    for part in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+    for part in _pipeline(listing, None, size, channels, False).iter_batches(batch_size=None, batch_format="numpy"):
         order.append(part["i"])
         arrays.append(part["image"])
     images = np.concatenate(arrays)
@@ -352,15 +360,7 @@ def stream(listing: Listing, indices: np.ndarray, size: int | None, channels: in
     """A Ray Data pipeline of the chosen images, decoded as they are read: only the paths
     (or encoded bytes) are held; each execution (an epoch) decodes again, in a new block
     order when ``shuffle``. Columns: ``image`` (uint8 ``[C, H, W]``) and ``label``."""
-    import ray.data
-
-    items = rows(listing, indices)
-    dataset = ray.data.from_items(items, override_num_blocks=_blocks(len(items)))
-    if shuffle:
-        dataset = dataset.randomize_block_order()
-    return dataset.map_batches(
-        decode_batch, fn_kwargs={"size": size, "channels": channels}, batch_size=256, batch_format="numpy"
-    ).select_columns(["image", "label"])
+    return _pipeline(listing, indices, size, channels, shuffle).select_columns(["image", "label"])
 
 
 def sample_of(indices: np.ndarray, seed: int, count: int = 4096) -> np.ndarray:
