@@ -51,7 +51,13 @@ def assert_no_leaks(timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         groups = [g for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
-        actors = list_actors(filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+        # This driver's own cluster, by address: with none given, the state API looks for
+        # every Ray on the machine and refuses when it finds more than one.
+        actors = list_actors(
+            address=ray.get_runtime_context().gcs_address,
+            filters=[("state", "=", "ALIVE")],
+            raise_on_missing_output=False,
+        )
         actors = [a for a in actors if a.class_name not in RAY_SINGLETONS]
         if not groups and not actors:
             return
