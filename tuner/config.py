@@ -64,11 +64,11 @@ def _storage_uri(value: str) -> bool:
 
 
 # --- data -----------------------------------------------------------------------------
-BUILT_IN_DATASETS = ("mnist", "fashion_mnist", "cifar10")
+BUILT_IN_DATASETS = ("mnist", "fashion_mnist", "cifar10", "synthetic")
 
 
 class DataConfig(Strict):
-    dataset: Literal["mnist", "fashion_mnist", "cifar10", "image_folder", "parquet"] = "mnist"
+    dataset: Literal["mnist", "fashion_mnist", "cifar10", "synthetic", "image_folder", "parquet"] = "mnist"
     root: str | None = None  # built-in sets: None is $TUNER_DATA_DIR, else ./data
     path: str | None = None  # image_folder: DIR/train/<class>/*; parquet: a file, folder or glob
     image_size: int | None = Field(None, ge=8, le=4096)  # decode to size x size (needed for mixed sizes)
@@ -108,6 +108,7 @@ class CnnConfig(Strict):
     hidden: int = Field(128, ge=1, le=8192)  # width of the first linear layer
     dropout: float = Field(0.25, ge=0, lt=1)  # after the pool
     fc_dropout: float = Field(0.5, ge=0, lt=1)  # after the first linear layer
+    batch_norm: bool = False  # a BatchNorm after each conv
 
 
 class ResNetConfig(Strict):
@@ -117,7 +118,16 @@ class ResNetConfig(Strict):
     zero_init_residual: bool = False
 
 
-ModelConfig = Annotated[CnnConfig | ResNetConfig, Field(discriminator="name")]
+class SyntheticConfig(Strict):
+    """No training: each epoch sleeps ``epoch_s`` and reports a known noisy learning curve
+    of ``train.lr`` and ``train.weight_decay`` (tuner/synthetic.py), to measure tuner itself."""
+
+    name: Literal["synthetic"]
+    epoch_s: float = Field(0.0, ge=0, le=3600)  # seconds each epoch sleeps
+    noise: float = Field(0.005, ge=0, le=0.5)  # std of the accuracy's measurement noise
+
+
+ModelConfig = Annotated[CnnConfig | ResNetConfig | SyntheticConfig, Field(discriminator="name")]
 
 
 # --- training defaults (any of these may be searched) ---------------------------------

@@ -40,7 +40,10 @@ DATASETS = {
     "cifar10": DatasetInfo(
         "cifar-10-batches-py", "CIFAR10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
     ),
+    # Random 8x8 images made in memory, for the synthetic trial (tuner/synthetic.py): no files.
+    "synthetic": DatasetInfo("", "", 1, 8, 10, (0.5,), (0.2887,)),
 }
+SYNTHETIC_SIZES = {True: 1_000, False: 200}  # train (before the validation split), test
 # What each class index means, as predict and the registered model name them.
 CLASS_NAMES = {
     "mnist": tuple(str(digit) for digit in range(10)),
@@ -56,6 +59,7 @@ CLASS_NAMES = {
         "Bag",
         "Ankle boot",
     ),
+    "synthetic": tuple(str(digit) for digit in range(10)),
     "cifar10": ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
 }
 IDX_FILES = {
@@ -124,6 +128,8 @@ def _read_idx(stem: Path) -> np.ndarray:
 
 def _files_present(name: str, root: Path) -> bool:
     info = DATASETS[name]
+    if name == "synthetic":
+        return True
     if name == "cifar10":
         return (root / info.folder / "test_batch").is_file()
     raw = root / info.folder / "raw"
@@ -167,6 +173,11 @@ def ensure_available(name: str, root: Path, *, download: bool) -> None:
 def load_split(name: str, root: Path, train: bool) -> Split:
     """The full train or test split of a data set, read once per process."""
     info = DATASETS[name]
+    if name == "synthetic":
+        rng = np.random.default_rng(int(train))
+        count = SYNTHETIC_SIZES[train]
+        images = rng.integers(0, 256, (count, info.channels, info.size, info.size), dtype=np.uint8)
+        return Split(images, rng.integers(0, info.num_classes, count).astype(np.int64))
     if name == "cifar10":
         return _read_cifar(root / info.folder, train)
     raw = root / info.folder / "raw"

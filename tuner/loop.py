@@ -11,6 +11,7 @@ too large for the object store); the loop only asks either for batches.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
@@ -181,6 +182,10 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
     if state is not None:
         model.load_state_dict(state["model"])
         start_epoch, resumed_from = int(state["epoch"]), str(state["trial_id"])
+    if loop["model_name"] == "synthetic":  # no training: a known curve (tuner/synthetic.py)
+        from tuner import synthetic
+
+        return synthetic.run(loop, session, model, state)
     channels_last = device.type == "cuda"  # faster convolutions under AMP on tensor cores
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -195,6 +200,7 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
     loss_fn = nn.CrossEntropyLoss(label_smoothing=train["label_smoothing"])
     batch_size, epochs = train["batch_size"], train["epochs"]
     steps_per_epoch = math.ceil(shards.per_rank / batch_size)
+    scheduled = train["lr_schedule"] != "constant"
     first_step_at = time.time()  # this (re)start's first training step begins now
     timing = {"entered_at": loop["entered_at"], "first_step_at": first_step_at}
 
@@ -206,20 +212,27 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
         seen = 0
         batches = shards.train_batches(loop["seed"], epoch, batch_size, augmented)
         for step, (x, y) in enumerate(batches):
-            lr = learning_rate(
-                train["lr"], train["lr_schedule"], epoch * steps_per_epoch + step, epochs * steps_per_epoch
-            )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            if scheduled or step == 0:  # a constant rate is set once an epoch (PBT may change it between)
+                lr = learning_rate(
+                    train["lr"], train["lr_schedule"], epoch * steps_per_epoch + step, epochs * steps_per_epoch
+                )
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
             seen += len(y)
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            # Per step, only what the step needs: no autocast or grad scaler where they do
+            # nothing (on a CPU a light CNN's step is short enough for them to show).
+            with torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext():
                 loss = loss_fn(model(x), y)
             optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+            if scaler.is_enabled():
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
             loss_sum += loss.detach() * len(y)
         _maybe_fail_once(loop, epoch)
         val_loss, val_accuracy, train_loss = _evaluate(model, shards, loss_fn, amp_dtype, loss_sum, seen * world)

@@ -103,9 +103,9 @@ def resolve_hyperparameters(setup: TrialSetup, sampled: dict[str, Any]) -> tuple
     Coercion turns Tune's ``128.0`` from quniform into the int a layer width needs,
     and BOHB's ``np.str_`` into ``str``.
     """
-    from tuner.config import CnnConfig, ResNetConfig, TrainConfig
+    from tuner.config import CnnConfig, ResNetConfig, SyntheticConfig, TrainConfig
 
-    model_cls = CnnConfig if setup.model_name == "cnn" else ResNetConfig
+    model_cls = {"cnn": CnnConfig, "synthetic": SyntheticConfig}.get(setup.model_name, ResNetConfig)
     sampled = {k: (str(v) if isinstance(v, str) else v) for k, v in sampled.items()}
     train = {**setup.train_defaults, **{k: v for k, v in sampled.items() if k in TrainConfig.model_fields}}
     model = {**setup.model_defaults, **{k: v for k, v in sampled.items() if k in model_cls.model_fields}}
