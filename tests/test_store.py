@@ -244,3 +244,32 @@ def test_the_lock_note_names_the_command(tmp_path):
         note = json.loads(paths.lock.read_text())
     assert note["pid"] == os.getpid() and time.strptime(note["since"], "%Y-%m-%d %H:%M:%S")
     assert note["command"].startswith("python -m tuner")
+
+
+def test_an_ended_trial_keeps_its_best_checkpoints_and_its_last(tmp_path):
+    """What the records callback prunes (store.make_records_callback): of an ended trial's
+    checkpoint folders, all but its ``keep`` best by the metric and its last go."""
+    import pyarrow.fs
+
+    from tuner.store import kept_checkpoints, prune_checkpoints
+
+    rows = [
+        {"training_iteration": epoch, "val_accuracy": accuracy, "checkpoint_dir_name": f"checkpoint_{epoch - 1:06d}"}
+        for epoch, accuracy in enumerate([0.5, 0.9, 0.7, 0.95, 0.6], start=1)
+    ]
+    assert kept_checkpoints(rows, 2, "val_accuracy", "max") == {
+        "checkpoint_000003",
+        "checkpoint_000001",
+        "checkpoint_000004",
+    }
+    assert kept_checkpoints(rows, 1, "val_accuracy", "min") == {"checkpoint_000000", "checkpoint_000004"}
+    trial = tmp_path / "trial_driver_00000"
+    for row in rows:
+        (trial / row["checkpoint_dir_name"]).mkdir(parents=True)
+        (trial / row["checkpoint_dir_name"] / "checkpoint.pt").write_bytes(b"weights")
+    (trial / "result.json").write_text("{}\n")
+    kept = kept_checkpoints(rows, 2, "val_accuracy", "max")
+    assert prune_checkpoints(pyarrow.fs.LocalFileSystem(), str(trial), kept) == 2
+    assert sorted(p.name for p in trial.iterdir()) == sorted([*kept, "result.json"])
+    assert prune_checkpoints(pyarrow.fs.LocalFileSystem(), str(trial), kept) == 0  # a second time: nothing
+    assert prune_checkpoints(pyarrow.fs.LocalFileSystem(), str(tmp_path / "gone"), kept) == 0

@@ -50,6 +50,7 @@ HISTORY_KEYS = (
     "time_total_s",
     "entered_at",  # wall clock: the trial function began ...
     "first_step_at",  # ... and its first training step began (per start or restart)
+    "checkpoint_dir_name",  # the epoch's checkpoint folder in the trial's Tune folder
 )
 
 
@@ -510,9 +511,21 @@ def best_epoch(histories: dict[str, list[dict[str, Any]]], metric: str, mode: st
 STATE_COPY_SUFFIX = ".tuner-copy"
 
 
-def keep_state_copy(paths: SweepPaths, seen: dict[str, int]) -> None:
-    """Keep a whole copy of Tune's experiment state each time Tune rewrites it: Tune writes
-    the file in place, so a full disk can leave it cut short, and resume needs it."""
+STATE_COPY_EVERY_S = 5.0  # the least time between two copies (more when a copy takes long)
+
+
+def keep_state_copy(paths: SweepPaths, seen: dict[str, float], force: bool = False) -> None:
+    """Keep a whole copy of Tune's experiment state as Tune rewrites it: Tune writes the
+    file in place, so a full disk can leave it cut short, and resume needs it.
+
+    Checking a copy is whole means parsing it, and the state grows with the trials (a
+    third of the driver's time at a few hundred trials when it was copied at every
+    rewrite), so a copy waits ``STATE_COPY_EVERY_S``, or 19 times what the last one took
+    (at most 5% of the driver's time); the sweep's end copies it at once (``force``). A
+    copy a few seconds old resumes the sweep as the state would have a few seconds before."""
+    now = time.monotonic()
+    if not force and now < seen.get("", 0.0):
+        return
     for state in paths.tune.glob("experiment_state*.json"):
         try:
             stamp = state.stat().st_mtime_ns
@@ -525,6 +538,7 @@ def keep_state_copy(paths: SweepPaths, seen: dict[str, int]) -> None:
             continue  # being written, or cut short: keep the last whole copy
         write_atomic(state.with_name(state.name + STATE_COPY_SUFFIX), text)
         seen[state.name] = stamp
+    seen[""] = time.monotonic() + max(STATE_COPY_EVERY_S, 19 * (time.monotonic() - now))
 
 
 def recover_state(paths: SweepPaths) -> list[Path]:
@@ -540,6 +554,18 @@ def recover_state(paths: SweepPaths) -> list[Path]:
     return recovered
 
 
+def _state_saved_at(paths: SweepPaths) -> float:
+    """When Tune last wrote its experiment state (0 where it cannot be seen here: a sweep
+    at a storage URI prunes at its end)."""
+    times = []
+    for state in paths.tune.glob("experiment_state*.json") if paths.tune.is_dir() else []:
+        try:
+            times.append(state.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times, default=0.0)
+
+
 def _whole_json(path: Path) -> str | None:
     """The text of ``path`` if it is a whole JSON document, else None."""
     try:
@@ -550,16 +576,70 @@ def _whole_json(path: Path) -> str | None:
     return text
 
 
-def make_records_callback(paths: SweepPaths) -> Any:
-    """A Tune callback (in the driver) that keeps ``history/`` and ``timeline.jsonl``."""
+def kept_checkpoints(rows: list[dict[str, Any]], keep: int, metric: str, mode: str) -> set[str]:
+    """The checkpoint folders an ended trial keeps: its ``keep`` best epochs by the metric
+    and its last (as Tune's ``num_to_keep`` would)."""
+    named = [row for row in rows if row.get("checkpoint_dir_name")]
+    scored = [row for row in named if isinstance(row.get(metric), (int, float))]
+    best = sorted(scored, key=lambda row: row[metric], reverse=mode == "max")[:keep]
+    return {row["checkpoint_dir_name"] for row in [*best, *named[-1:]]}
+
+
+def prune_checkpoints(filesystem: Any, trial_path: str, kept: set[str]) -> int:
+    """Delete a trial's checkpoint folders other than ``kept``; returns how many."""
+    import pyarrow.fs
+
+    found = filesystem.get_file_info(pyarrow.fs.FileSelector(trial_path, allow_not_found=True))
+    gone = 0
+    for info in found:
+        if info.type == pyarrow.fs.FileType.Directory and info.base_name.startswith("checkpoint_"):
+            if info.base_name not in kept:
+                filesystem.delete_dir(info.path)
+                gone += 1
+    return gone
+
+
+def make_records_callback(paths: SweepPaths, keep: int | None = None, metric: str = "", mode: str = "max") -> Any:
+    """A Tune callback (in the driver) that keeps ``history/`` and ``timeline.jsonl``, a
+    whole copy of Tune's state, and each ended trial's ``keep`` checkpoints.
+
+    Checkpoints are pruned here rather than by Tune's ``CheckpointConfig(num_to_keep)``:
+    with it, Tune writes its whole experiment state every time a trial has saved that many
+    checkpoints, so at hundreds of trials the driver spent most of its time rewriting a
+    state that grows with the trials. A trial's checkpoints are pruned once it has ended
+    and Tune has saved its state since (a resume never looks for a pruned one), or at the
+    sweep's end; a running, paused or failed trial keeps all of its own (``None``: keep
+    everything, as PBT needs)."""
     from ray.tune import Callback
 
     class SweepRecords(Callback):
         def __init__(self) -> None:
-            self.state_seen: dict[str, int] = {}
+            self.state_seen: dict[str, float] = {}
+            self.ended: list[tuple[float, str, Any, str]] = []  # (when, trial id, filesystem, path)
+
+        def __getstate__(self) -> dict[str, Any]:  # pickled with the sweep, before any trial
+            return {"state_seen": {}, "ended": []}
 
         def on_step_end(self, iteration, trials, **info):
             keep_state_copy(current(paths), self.state_seen)
+            if self.ended and time.monotonic() >= self.state_seen.get("prune", 0.0):  # (listing tune/ is
+                self.state_seen["prune"] = time.monotonic() + 2.0  # not free at thousands of trials)
+                self._prune(saved_at=_state_saved_at(current(paths)))
+
+        def on_experiment_end(self, trials, **info):  # Tune has saved its final state by now
+            keep_state_copy(current(paths), self.state_seen, force=True)
+            self._prune(saved_at=float("inf"))
+
+        def _prune(self, saved_at: float) -> None:
+            waiting = []
+            for ended in self.ended:
+                when, trial_id, filesystem, trial_path = ended
+                if when >= saved_at:
+                    waiting.append(ended)
+                    continue
+                rows = read_json_lines(history_file(current(paths), trial_id))
+                prune_checkpoints(filesystem, trial_path, kept_checkpoints(rows, keep, metric, mode))
+            self.ended = waiting
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             append_history(current(paths), trial.trial_id, result)
@@ -569,6 +649,8 @@ def make_records_callback(paths: SweepPaths) -> Any:
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             append_timeline(current(paths), trial.trial_id, "end")
+            if keep is not None:
+                self.ended.append((time.time(), trial.trial_id, trial.storage.storage_filesystem, trial.path))
 
         def on_trial_error(self, iteration, trials, trial, **info):
             append_timeline(current(paths), trial.trial_id, "error")

@@ -287,12 +287,15 @@ def build_tuner(
         run_config=tune.RunConfig(
             name=paths.tune.name,
             storage_path=paths.tune_storage,
+            # Every checkpoint, as far as Tune knows; the records callback prunes each ended
+            # trial to its `keep` best (see store.make_records_callback for why not Tune).
             checkpoint_config=tune.CheckpointConfig(
-                num_to_keep=keep, checkpoint_score_attribute=sweep.metric, checkpoint_score_order=sweep.mode
+                num_to_keep=None, checkpoint_score_attribute=sweep.metric, checkpoint_score_order=sweep.mode
             ),
             failure_config=tune.FailureConfig(max_failures=sweep.trials.max_failures),
             callbacks=[
-                store.make_records_callback(paths),
+                store.make_records_callback(paths, keep, sweep.metric, sweep.mode),
+                tracking.make_tensorboard_callback(),
                 *([tracking.make_callback(sweep, paths)] if sweep.tracking.mlflow.enabled else []),
                 *([progress.make_callback()] if reporter is not None else []),
             ],
