@@ -304,13 +304,46 @@ def test_a_run_created_just_before_a_crash_is_adopted_not_made_twice(tmp_path):
     record = SweepRecord(sweep, paths)
     before = (paths.root / "mlflow.json").read_text()
     record.log_result("t_00000", {"lr": 0.001}, {"training_iteration": 1, "val_accuracy": 0.5})
+    record.flush()
     (paths.root / "mlflow.json").write_text(before)  # what the killed driver had saved
 
     again = SweepRecord(sweep, paths)
     again.log_result("t_00000", {"lr": 0.001}, {"training_iteration": 1, "val_accuracy": 0.5})  # re-run epoch
     again.log_result("t_00000", {"lr": 0.001}, {"training_iteration": 2, "val_accuracy": 0.6})
+    again.flush()
     client = MlflowClient(again.uri)
     runs = client.search_runs([again.experiment_id], "tags.tuner.trial_id = 't_00000'")
     assert len(runs) == 1
     steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "val_accuracy")]
     assert sorted(steps) == [1, 2]
+
+
+def test_epochs_queued_when_the_driver_died_are_written_from_the_history(tmp_path):
+    """Epochs are written to MLflow in batches; those a killed driver still held are
+    written on resume from the history (which the driver appends first), once each."""
+    from mlflow.tracking import MlflowClient
+
+    from tuner.store import SweepPaths, append_history, trial_histories
+    from tuner.tracking import SweepRecord
+
+    sweep = SweepConfig.model_validate({"name": "queued", "output_dir": str(tmp_path / "runs")})
+    paths = SweepPaths(tmp_path / "runs" / "queued")
+    (paths.root / "tune").mkdir(parents=True)
+    paths.history.mkdir()
+    record = SweepRecord(sweep, paths)
+    for epoch, accuracy in ((1, 0.5), (2, 0.6), (3, 0.7)):
+        result = {"trial_id": "t_00000", "training_iteration": epoch, "val_accuracy": accuracy}
+        append_history(paths, "t_00000", result)
+        record.log_result("t_00000", {"lr": 0.001}, result)
+        if epoch == 1:
+            record.flush()
+    client = MlflowClient(record.uri)
+    run_id = record.trials["t_00000"]
+    assert [m.step for m in client.get_metric_history(run_id, "val_accuracy")] == [1]  # 2 and 3 still queued
+    del record  # the driver is killed here
+
+    again = SweepRecord(sweep, paths)
+    again.backfill(trial_histories(paths))
+    again.backfill(trial_histories(paths))  # a second resume writes nothing twice
+    history = client.get_metric_history(run_id, "val_accuracy")
+    assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, 0.6), (3, 0.7)]
