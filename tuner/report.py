@@ -199,7 +199,6 @@ class Importance:
 def importance(sweep: Sweep) -> Importance:
     """fANOVA (Optuna's evaluator: a random forest's functional ANOVA) of the metric at
     the epoch every trial reached, so early-stopped trials count with finished ones."""
-    import optuna
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     epoch = common_epoch(sweep)
@@ -229,6 +228,10 @@ def importance(sweep: Sweep) -> Importance:
             )
     if not distributions:
         return Importance({}, method, "every searched hyperparameter had the same value in every trial")
+    if len(distributions) == 1:  # all the variance is the one varied hyperparameter's: no forest to fit
+        return Importance({next(iter(distributions)): 1.0}, method, trials=len(rows))
+    import optuna
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize" if sweep.maximise else "minimize")
     for config, value in rows:
@@ -337,9 +340,24 @@ def plot_best_so_far(sweeps: list[Sweep]) -> Any:
     return fig
 
 
+LABELLED_TRIALS = 40  # past this many, only the best trials are named (and lines lose their markers)
+
+
+def _labelled(sweep: Sweep) -> set[str]:
+    """The trials a plot names: all of a small sweep; the ten best of a large one (a
+    thousand labels are unreadable, and laying out their text is most of a plot's time)."""
+    if len(sweep.trials) <= LABELLED_TRIALS:
+        return {t.trial_id for t in sweep.trials}
+    scored = [t for t in sweep.trials if t.best_value is not None]
+    scored.sort(key=lambda t: t.best_value, reverse=sweep.maximise)
+    return {t.trial_id for t in scored[:10]}
+
+
 def plot_learning_curves(sweep: Sweep) -> Any:
     fig, ax = _figure()
     shown: set[str] = set()
+    named = _labelled(sweep)
+    marker = "o" if len(sweep.trials) <= LABELLED_TRIALS else None
     for trial in sweep.trials:
         rows = [r for r in sweep.histories.get(trial.trial_id, []) if isinstance(r.get(sweep.metric), (int, float))]
         if not rows:
@@ -349,9 +367,10 @@ def plot_learning_curves(sweep: Sweep) -> Any:
         x = [int(r["training_iteration"]) for r in rows]
         y = [float(r[sweep.metric]) for r in rows]
         style = "--" if trial.status in ("interrupted", "running", "paused") else "-"
-        ax.plot(x, y, style, marker="o", ms=3, color=colour, alpha=0.85, label=None if label in shown else label)
+        ax.plot(x, y, style, marker=marker, ms=3, color=colour, alpha=0.85, label=None if label in shown else label)
         shown.add(label)
-        ax.annotate(_short(trial.trial_id), (x[-1], y[-1]), fontsize=7, xytext=(3, 0), textcoords="offset points")
+        if trial.trial_id in named:
+            ax.annotate(_short(trial.trial_id), (x[-1], y[-1]), fontsize=7, xytext=(3, 0), textcoords="offset points")
         if trial.status == "errored":
             ax.plot(x[-1], y[-1], "x", color=COLOURS["errored"], ms=8)
         for epoch, donor in exploits(sweep, trial.trial_id):
@@ -468,19 +487,24 @@ def plot_timeline(sweep: Sweep) -> tuple[Any, float]:
 
     bars, slots = slot_bars(sweep)
     fig, ax = _figure(8.0, 1.2 + 0.45 * slots)
-    for bar in bars:
-        colour = COLOURS.get(bar.status, "#999999")
+    groups: dict[tuple[str, bool], list[Bar]] = {}
+    for bar in bars:  # one barh per colour and hatch: thousands of trials draw as fast as a few
+        groups.setdefault((bar.status, bar.open), []).append(bar)
+    for (status, open_), members in groups.items():
         ax.barh(
-            bar.slot,
-            (bar.end - bar.start) / 60,
-            left=bar.start / 60,
+            [b.slot for b in members],
+            [(b.end - b.start) / 60 for b in members],
+            left=[b.start / 60 for b in members],
             height=0.7,
-            color=colour,
+            color=COLOURS.get(status, "#999999"),
             edgecolor="black",
-            lw=0.5,
-            hatch="//" if bar.open else None,
+            lw=0.5 if len(bars) <= LABELLED_TRIALS else 0.1,
+            hatch="//" if open_ else None,
         )
-        ax.text((bar.start + bar.end) / 120, bar.slot, _short(bar.trial_id), ha="center", va="center", fontsize=7)
+    named = _labelled(sweep)
+    for bar in bars:
+        if bar.trial_id in named:
+            ax.text((bar.start + bar.end) / 120, bar.slot, _short(bar.trial_id), ha="center", va="center", fontsize=7)
     span = max([b.end for b in bars] + [1e-9])
     busy = sum(b.end - b.start for b in bars)
     idle = max(0.0, 1 - busy / (slots * span))
