@@ -35,7 +35,9 @@ def main() -> None:
             started = time.perf_counter()
             train_epoch(model, optimizer, data.train_x, data.train_y, budget.batch_size, generator)
             val_accuracy = accuracy(model, data.val_x, data.val_y)
-            record["epochs"].append({"val_accuracy": val_accuracy, "compute_s": time.perf_counter() - started})
+            record["epochs"].append(
+                {"val_accuracy": val_accuracy, "compute_s": time.perf_counter() - started, "at": time.time()}
+            )
             if val_accuracy > best["val_accuracy"]:
                 best.update(val_accuracy=val_accuracy, state={k: v.clone() for k, v in model.state_dict().items()})
             trial.report(val_accuracy, epoch + 1)
@@ -67,6 +69,7 @@ def main() -> None:
         best_val_accuracy=best["val_accuracy"],
         test_accuracy=accuracy(model, data.test_x, data.test_y),
         pruned=sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials),
+        curve=[(e["at"], e["val_accuracy"]) for e in epochs],  # when each epoch's score was known
         inner_wall_s=clock(),
     )
 

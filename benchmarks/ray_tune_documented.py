@@ -153,6 +153,7 @@ def main() -> None:
         epochs_run=int(sum(len(f) for f in frames)),
         compute_s=float(sum(f["compute_s"].sum() for f in frames)),
         best_val_accuracy=float(best_row["val_accuracy"]),
+        curve=[(float(t), float(v)) for f in frames for t, v in zip(f["timestamp"], f["val_accuracy"], strict=True)],
         test_accuracy=accuracy(model, data.test_x, data.test_y),
         inner_wall_s=clock(),
     )

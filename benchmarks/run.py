@@ -107,6 +107,7 @@ def run_contestant(name: str, budget: Budget, folder: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, str(HERE / script), "--budget", budget.to_json(), "--out", str(out), *extra]
     print(f"--- {budget.suite}/{name}: {' '.join([script, *extra])}", flush=True)
+    started_at = time.time()
     started = time.perf_counter()
     with open(folder / "log.txt", "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=folder)
@@ -118,6 +119,8 @@ def run_contestant(name: str, budget: Budget, folder: Path) -> dict:
         raise SystemExit(f"{name} failed with exit code {code}; see {folder / 'log.txt'}")
     result = json.loads(out.read_text())
     result.update(wall_s=wall, peak_pss_mb=memory.peak_pss / 2**20)
+    # Each epoch's validation score, at seconds since this contestant's command started.
+    result["curve"] = sorted((at - started_at, value) for at, value in result.get("curve", []))
     result["peak_uss_mb_by_process"] = {k: v / 2**20 for k, v in sorted(memory.peak_uss_by_name.items())}
     print(
         f"    wall {wall:.0f}s, best val {result['best_val_accuracy']:.4f}, test {result['test_accuracy']:.4f}, "
@@ -150,6 +153,14 @@ def derive(results: dict[str, dict], budget: Budget) -> dict:
         for other in ("ray_tune_documented", "optuna_inprocess"):
             if other in results:
                 figures[name][f"wall_vs_{other}"] = result["wall_s"] / results[other]["wall_s"]
+                # Equal wall-clock budget: the best validation accuracy each had reached
+                # when the quicker of the two finished.
+                budget_s = min(result["wall_s"], results[other]["wall_s"])
+                figures[name][f"at_equal_wall_vs_{other}"] = {
+                    "seconds": budget_s,
+                    "tuner_best_val": best_by(result["curve"], budget_s),
+                    "other_best_val": best_by(results[other]["curve"], budget_s),
+                }
     for suffix, n_train in (("", budget.train_subset or 60_000), ("_small", PROBE_SMALL_SUBSET)):
         probes = results.get(f"tuner_probe_1slot{suffix}"), results.get(f"tuner_probe_2slots{suffix}")
         if all(probes):
@@ -162,10 +173,20 @@ def derive(results: dict[str, dict], budget: Budget) -> dict:
     return figures
 
 
+def best_by(curve: list[tuple[float, float]], seconds: float) -> float | None:
+    """The best validation accuracy reported within ``seconds`` of the start (None: nothing yet)."""
+    reached = [value for at, value in curve if at <= seconds]
+    return max(reached) if reached else None
+
+
 def _spread(values: list[float]) -> dict:
     if not values:
         return {}
     return {"median": statistics.median(values), "max": max(values), "n": len(values)}
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def table(suite: str, results: dict[str, dict], figures: dict) -> str:
@@ -193,7 +214,13 @@ def table(suite: str, results: dict[str, dict], figures: dict) -> str:
             f"{f['images_per_s']:.0f} img/s"
             + (f" = {f['throughput_vs_raw']:.2f} x raw PyTorch alone" if "throughput_vs_raw" in f else "")
             + (f", {f['throughput_vs_raw_x2']:.2f} x two raw runs at once" if "throughput_vs_raw_x2" in f else "")
-            + "".join(f"; wall {f[k]:.2f} x {k.removeprefix('wall_vs_')}" for k in f if k.startswith("wall_vs_")),
+            + "".join(f"; wall {f[k]:.2f} x {k.removeprefix('wall_vs_')}" for k in f if k.startswith("wall_vs_"))
+            + "".join(
+                f"; at {f[k]['seconds']:.0f} s best val {_fmt(f[k]['tuner_best_val'])} vs "
+                f"{_fmt(f[k]['other_best_val'])} ({k.removeprefix('at_equal_wall_vs_')})"
+                for k in f
+                if k.startswith("at_equal_wall_vs_")
+            ),
         ]
     for key in ("memory_per_extra_trial", "memory_per_extra_trial_small"):
         if key in figures:

@@ -26,8 +26,10 @@ def sweep_file(budget: Budget, folder: Path, workers: int, max_concurrent: int |
     sweep["data"].update(root=budget.data_root, download=False, val_fraction=budget.val_fraction)
     if budget.train_subset:
         sweep["data"]["train_subset"] = budget.train_subset
-    sweep["model"].update(budget.model)
-    sweep["train"].update(epochs=budget.epochs, batch_size=budget.batch_size)
+    # The budget's model and training exactly (the default sweep's own choices, e.g. its
+    # BatchNorm and cosine schedule, are not the other contestants').
+    sweep["model"] = {"name": "cnn", **budget.model}
+    sweep["train"] = {"epochs": budget.epochs, "batch_size": budget.batch_size}
     sweep["space"] = {"params": {"lr": {"grid": budget.lrs}}}
     sweep["trials"] = {"num_samples": 1, **({"max_concurrent": max_concurrent} if max_concurrent else {})}
     sweep["scheduler"].update(grace_period=budget.grace_period, reduction_factor=budget.reduction_factor)
@@ -65,6 +67,7 @@ def timings(sweep_dir: Path) -> dict:
         "epochs_run": len(rows),
         "compute_s": sum(row["compute_s"] for row in rows),
         "best_val_accuracy": max(row["val_accuracy"] for row in rows),
+        "curve": [(row["reported_at"], row["val_accuracy"]) for row in rows],  # when the driver had each epoch
         "images_per_s": [row["images_per_s"] for row in rows],
         "start_to_first_step_s": start_to_first_step,
         "end_to_next_start_s": end_to_next_start,

@@ -268,7 +268,7 @@ BAD = [
         "unknown_model_key",
         "model:\n  name: cnn\n  hiden: 64\n",
         3,
-        r"model\.hiden: unknown key 'hiden'; did you mean 'hidden'\? \(valid keys: conv1, .*\)$",
+        r"model\.hiden: unknown key 'hiden'; did you mean 'hidden'\? \(valid keys: batch_norm, conv1, .*\)$",
         "unknown key 'hiden'",
     ),
     Bad(
@@ -402,7 +402,7 @@ BAD = [
         "unknown_dataset",
         "data:\n  dataset: imagenet\n",
         2,
-        r"data\.dataset: input should be 'mnist', 'fashion_mnist', 'cifar10', 'image_folder' or 'parquet', "
+        r"data\.dataset: input should be 'mnist', 'fashion_mnist', 'cifar10', 'synthetic', 'image_folder' or 'parquet', "
         r"but got 'imagenet'$",
         "'imagenet'",
     ),
@@ -410,7 +410,7 @@ BAD = [
         "unknown_model",
         "model:\n  name: vgg\n",
         2,
-        r"model\.name: unknown model 'vgg'; choose one of: cnn, resnet18, resnet34$",
+        r"model\.name: unknown model 'vgg'; choose one of: cnn, resnet18, resnet34, synthetic$",
         "'vgg'",
     ),
     # inline params: the parameter's own path and line

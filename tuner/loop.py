@@ -251,19 +251,20 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
             "nodes": nodes,
             **timing,
         }
-        with tempfile.TemporaryDirectory() as folder:
-            if rank == 0:
-                unwrapped = model.module if hasattr(model, "module") else model
-                torch.save(
-                    {
-                        "model": unwrapped.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "epoch": epoch + 1,
-                        "trial_id": loop["trial_id"],
-                    },
-                    Path(folder) / CHECKPOINT_FILE,
-                )
-            session.report(metrics, folder if rank == 0 else None)
+        unwrapped = model.module if hasattr(model, "module") else model
+        state = {"model": unwrapped.state_dict(), "optimizer": optimizer.state_dict()} if rank == 0 else None
+        report_epoch(session, metrics, state, epoch + 1, loop["trial_id"])
+
+
+def report_epoch(
+    session: Session, metrics: dict[str, Any], state: dict[str, Any] | None, epoch: int, trial: str
+) -> None:
+    """Report an epoch with its checkpoint: ``state`` (the model's and more) saved with
+    the epoch and trial it belongs to; None on the ranks other than 0, which save none."""
+    with tempfile.TemporaryDirectory() as folder:
+        if state is not None:
+            torch.save({**state, "epoch": epoch, "trial_id": trial}, Path(folder) / CHECKPOINT_FILE)
+        session.report(metrics, folder if state is not None else None)
 
 
 def _node_ids(world: int) -> str:

@@ -67,12 +67,7 @@ def run(loop: dict[str, Any], session: Any, model: Any, state: dict[str, Any] | 
     """The synthetic trial's epochs, hosted like the real loop (tuner/loop.py): resume,
     report and checkpoint every epoch through ``session``; ``model`` (a tiny linear layer)
     is saved so that the export and the served model have weights to load."""
-    import os
-    import tempfile
-
-    import torch
-
-    from tuner.loop import CHECKPOINT_FILE
+    from tuner.loop import report_epoch
 
     options, train = loop["model_options"], loop["train"]
     epoch_s, noise = float(options["epoch_s"]), float(options["noise"])
@@ -86,14 +81,13 @@ def run(loop: dict[str, Any], session: Any, model: Any, state: dict[str, Any] | 
             time.sleep(epoch_s)
         skill = step(skill, train["lr"], train["weight_decay"])
         val_accuracy, val_loss = observe(skill, noise, loop["seed"], epoch + 1)
-        compute_s = time.perf_counter() - started
         metrics = {
             "epoch": epoch + 1,
             "train_loss": val_loss,
             "val_loss": val_loss,
             "val_accuracy": val_accuracy,
             "lr": train["lr"],
-            "compute_s": compute_s,
+            "compute_s": time.perf_counter() - started,
             "images_per_s": 0.0,
             "train_images": 0,
             "resumed_from": resumed_from,
@@ -102,13 +96,5 @@ def run(loop: dict[str, Any], session: Any, model: Any, state: dict[str, Any] | 
             "entered_at": loop["entered_at"],
             "first_step_at": first_step_at,
         }
-        with tempfile.TemporaryDirectory() as folder:
-            state_now = {
-                "model": model.state_dict(),
-                "optimizer": {},
-                "epoch": epoch + 1,
-                "trial_id": loop["trial_id"],
-                "skill": skill,
-            }
-            torch.save(state_now, os.path.join(folder, CHECKPOINT_FILE))
-            session.report(metrics, folder)
+        state_now = {"model": model.state_dict(), "optimizer": {}, "skill": skill}
+        report_epoch(session, metrics, state_now, epoch + 1, loop["trial_id"])
