@@ -402,8 +402,8 @@ BAD = [
         "unknown_dataset",
         "data:\n  dataset: imagenet\n",
         2,
-        r"data\.dataset: input should be 'mnist', 'fashion_mnist', 'cifar10', 'synthetic', 'image_folder' or 'parquet', "
-        r"but got 'imagenet'$",
+        r"data\.dataset: input should be 'mnist', 'fashion_mnist', 'cifar10', 'synthetic', 'image_folder' or "
+        r"'parquet', but got 'imagenet'$",
         "'imagenet'",
     ),
     Bad(
