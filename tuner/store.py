@@ -615,15 +615,16 @@ def make_records_callback(paths: SweepPaths, keep: int | None = None, metric: st
     class SweepRecords(Callback):
         def __init__(self) -> None:
             self.state_seen: dict[str, float] = {}
+            self.next_prune = 0.0  # (listing tune/ is not free at thousands of trials: every 2 s at most)
             self.ended: list[tuple[float, str, Any, str]] = []  # (when, trial id, filesystem, path)
 
         def __getstate__(self) -> dict[str, Any]:  # pickled with the sweep, before any trial
-            return {"state_seen": {}, "ended": []}
+            return {"state_seen": {}, "next_prune": 0.0, "ended": []}
 
         def on_step_end(self, iteration, trials, **info):
             keep_state_copy(current(paths), self.state_seen)
-            if self.ended and time.monotonic() >= self.state_seen.get("prune", 0.0):  # (listing tune/ is
-                self.state_seen["prune"] = time.monotonic() + 2.0  # not free at thousands of trials)
+            if self.ended and time.monotonic() >= self.next_prune:
+                self.next_prune = time.monotonic() + 2.0
                 self._prune(saved_at=_state_saved_at(current(paths)))
 
         def on_experiment_end(self, trials, **info):  # Tune has saved its final state by now
