@@ -179,6 +179,16 @@ def _parse(html_text: str) -> _Page:
     return page
 
 
+def test_report_files_are_copied_straight_only_into_an_artifact_folder_on_this_machine():
+    from tuner.tracking import _local_folder
+
+    assert _local_folder("file:///srv/mlartifacts/1/abc/artifacts") == Path("/srv/mlartifacts/1/abc/artifacts")
+    assert _local_folder("file:///srv/my%20runs/abc") == Path("/srv/my runs/abc")
+    assert _local_folder("/srv/mlruns/1/abc/artifacts") == Path("/srv/mlruns/1/abc/artifacts")
+    for elsewhere in ("s3://bucket/1/abc/artifacts", "mlflow-artifacts:/1/abc/artifacts", "file://host/x", "", "rel/x"):
+        assert _local_folder(elsewhere) is None, elsewhere
+
+
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory):
     """An ASHA sweep of four trials and a one-trial grid on the same space, by the CLI."""
@@ -213,10 +223,10 @@ def _report(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.integration
 @pytest.mark.timeout(1200)
-def test_the_report_of_a_sweep_has_every_plot_and_trial_and_is_logged_to_mlflow(sweeps):
+def test_the_report_of_a_sweep_has_every_plot_and_trial_and_is_logged_to_mlflow(sweeps, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from tuner.store import read_mlflow_state, trial_histories
+    from tuner.store import read_mlflow_state, trial_histories, write_mlflow_state
 
     root = sweeps["asha"]
     (root / "report").mkdir()
@@ -251,13 +261,20 @@ def test_the_report_of_a_sweep_has_every_plot_and_trial_and_is_logged_to_mlflow(
     assert all((root / "report" / name).read_bytes()[:4] == b"\x89PNG" for name in pngs)
 
     state = read_mlflow_state(SweepPaths(root))
-    logged = MlflowClient(state["tracking_uri"]).list_artifacts(state["parent_run_id"], "report")
+    client = MlflowClient(state["tracking_uri"])
+    logged = client.list_artifacts(state["parent_run_id"], "report")  # copied into the local artifact folder
     assert sorted(Path(a.path).name for a in logged) == sorted(["report.html", *pngs])
 
-    # A second time: the same files, rewritten; the user's file untouched.
+    # A second time: the same files, rewritten; the user's file untouched. Through
+    # MLflow's client this time, as for a sweep recorded without its artifact folder.
+    write_mlflow_state(SweepPaths(root), {k: v for k, v in state.items() if k != "parent_artifacts"})
     first = page_file.stat().st_mtime_ns
     _report(str(root))
     assert page_file.stat().st_mtime_ns > first and mine.read_text() == "mine"
+    logged = client.list_artifacts(state["parent_run_id"], "report")
+    assert sorted(Path(a.path).name for a in logged) == sorted(["report.html", *pngs])
+    artifact = client.download_artifacts(state["parent_run_id"], "report/report.html", str(tmp_path))
+    assert Path(artifact).read_bytes() == page_file.read_bytes()  # the second report's page
     assert sorted(p.name for p in (root / "report").iterdir()) == sorted(["notes.txt", "report.html", *pngs])
 
 

@@ -74,9 +74,11 @@ class Sweep:
 
 def read(folder: str | Path) -> Sweep:
     config, paths = open_sweep(folder)
-    trials = trial_summaries(config, paths)
+    histories = store.trial_histories(paths)
+    trials = trial_summaries(config, paths, histories)
     # As results.best_trial: not the history of a trial lost in a crash before Tune saved it.
-    histories = {k: v for k, v in store.trial_histories(paths).items() if k in {t.trial_id for t in trials}}
+    saved = {t.trial_id for t in trials}
+    histories = {k: v for k, v in histories.items() if k in saved}
     # Trials that started (a running one may not have reported yet); not those still waiting.
     trials = [t for t in trials if t.trial_id in histories or t.status in ("errored", "running", "interrupted")]
     if not trials:
@@ -354,52 +356,67 @@ def _labelled(sweep: Sweep) -> set[str]:
 
 
 def plot_learning_curves(sweep: Sweep) -> Any:
+    from matplotlib.collections import LineCollection
+
     fig, ax = _figure()
-    shown: set[str] = set()
     named = _labelled(sweep)
-    marker = "o" if len(sweep.trials) <= LABELLED_TRIALS else None
+    small = len(sweep.trials) <= LABELLED_TRIALS
+    # One collection per colour and line style, however many trials: a thousand separate
+    # lines took seconds to lay out, draw and save twice.
+    curves: dict[tuple[str, str], list[list[tuple[int, float]]]] = {}
     for trial in sweep.trials:
         rows = [r for r in sweep.histories.get(trial.trial_id, []) if isinstance(r.get(sweep.metric), (int, float))]
         if not rows:
             continue
-        label = "stopped early" if trial.status == "stopped_early" else trial.status
-        colour = COLOURS.get(trial.status, "#999999")
         x = [int(r["training_iteration"]) for r in rows]
         y = [float(r[sweep.metric]) for r in rows]
         style = "--" if trial.status in ("interrupted", "running", "paused") else "-"
-        ax.plot(x, y, style, marker=marker, ms=3, color=colour, alpha=0.85, label=None if label in shown else label)
-        shown.add(label)
+        curves.setdefault((trial.status, style), []).append(list(zip(x, y, strict=True)))
         if trial.trial_id in named:
             ax.annotate(_short(trial.trial_id), (x[-1], y[-1]), fontsize=7, xytext=(3, 0), textcoords="offset points")
         if trial.status == "errored":
             ax.plot(x[-1], y[-1], "x", color=COLOURS["errored"], ms=8)
-        for epoch, donor in exploits(sweep, trial.trial_id):
-            if epoch in x:
-                ax.plot(
-                    epoch,
-                    y[x.index(epoch)],
-                    "*",
-                    color="black",
-                    ms=9,
-                    label=None if "PBT exploit" in shown else "PBT exploit (continued from a better trial)",
-                )
-                shown.add("PBT exploit")
-                ax.annotate(
-                    f"from {_short(donor)}",
-                    (epoch, y[x.index(epoch)]),
-                    fontsize=6,
-                    xytext=(0, -9),
-                    textcoords="offset points",
-                    ha="center",
-                )
+        marks = [(epoch, y[x.index(epoch)], donor) for epoch, donor in exploits(sweep, trial.trial_id) if epoch in x]
+        for epoch, value, donor in marks:
+            ax.plot(epoch, value, "*", color="black", ms=9, label="PBT exploit (continued from a better trial)")
+            ax.annotate(
+                f"from {_short(donor)}",
+                (epoch, value),
+                fontsize=6,
+                xytext=(0, -9),
+                textcoords="offset points",
+                ha="center",
+            )
+    shown: set[str] = set()
+    for (status, style), lines in curves.items():
+        label = "stopped early" if status == "stopped_early" else status
+        colour = COLOURS.get(status, "#999999")
+        ax.add_collection(
+            LineCollection(lines, colors=colour, linestyles=style, alpha=0.85, label=None if label in shown else label)
+        )
+        shown.add(label)
+        # Every epoch marked on a small sweep; on a large one, only trials of one epoch
+        # (a line needs two points to show).
+        points = [point for line in lines for point in line] if small else [line[0] for line in lines if len(line) == 1]
+        if points:
+            ax.scatter(*zip(*points, strict=True), s=9 if small else 4, color=colour, alpha=0.85, linewidths=0)
     for index, epoch in enumerate(rungs(sweep)):
         label = f"{sweep.config.scheduler.name} rungs" if not index else None
         ax.axvline(epoch, color="grey", ls=":", lw=1, label=label)
+    ax.autoscale_view()
     ax.set(xlabel="epoch", ylabel=sweep.metric, title=f"{sweep.label}: every trial, coloured by how it ended")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, "lower right" if sweep.maximise else "upper right")
     return fig
+
+
+def _legend(ax: Any, corner: str) -> None:
+    """The legend at a fixed corner, each label once ("best", matplotlib's default, tests
+    every position against every line: over a second for a large sweep)."""
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc=corner)
 
 
 def _axis_position(spec: ParamSpec | None, values: list[Any]) -> tuple[list[float], list[tuple[float, str]]]:
@@ -426,6 +443,7 @@ def _level_order(level: str) -> tuple[int, Any]:
 
 def plot_parallel(sweep: Sweep) -> Any:
     import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
 
     fig, ax = _figure(8.0, 3.8)
     rows = [t for t in sweep.trials if t.best_value is not None]
@@ -437,14 +455,8 @@ def plot_parallel(sweep: Sweep) -> Any:
     norm = plt.Normalize(min(values), max(values) if max(values) > min(values) else min(values) + 1e-9)
     colour_map = plt.get_cmap("viridis" if sweep.maximise else "viridis_r")
     order = sorted(range(len(rows)), key=lambda i: values[i] if sweep.maximise else -values[i])  # best on top
-    for i in order:
-        ax.plot(
-            range(len(axes)),
-            [positions[a][i] for a in range(len(axes))],
-            color=colour_map(norm(values[i])),
-            lw=1.8,
-            alpha=0.9,
-        )
+    lines = [[(a, positions[a][i]) for a in range(len(axes))] for i in order]
+    ax.add_collection(LineCollection(lines, colors=[colour_map(norm(values[i])) for i in order], lw=1.8, alpha=0.9))
     for a in range(len(axes)):
         ax.axvline(a, color="black", lw=0.8)
         for at, text in ticks[a]:
@@ -452,6 +464,7 @@ def plot_parallel(sweep: Sweep) -> Any:
     ax.set_xticks(range(len(axes)), axes, fontsize=8)
     ax.set_yticks([])
     ax.set_xlim(-0.2, len(axes) - 0.6)
+    ax.set_ylim(-0.05, 1.05)
     ax.set_title(f"{sweep.label}: hyperparameters against best {sweep.metric}")
     fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=colour_map), ax=ax, label=f"best {sweep.metric}")
     return fig
@@ -487,15 +500,13 @@ def plot_timeline(sweep: Sweep) -> tuple[Any, float]:
 
     bars, slots = slot_bars(sweep)
     fig, ax = _figure(8.0, 1.2 + 0.45 * slots)
-    groups: dict[tuple[str, bool], list[Bar]] = {}
-    for bar in bars:  # one barh per colour and hatch: thousands of trials draw as fast as a few
-        groups.setdefault((bar.status, bar.open), []).append(bar)
-    for (status, open_), members in groups.items():
-        ax.barh(
-            [b.slot for b in members],
-            [(b.end - b.start) / 60 for b in members],
-            left=[b.start / 60 for b in members],
-            height=0.7,
+    groups: dict[tuple[str, bool, int], list[Bar]] = {}
+    for bar in bars:  # one collection per slot, colour and hatch: thousands of trials draw as fast as a few
+        groups.setdefault((bar.status, bar.open, bar.slot), []).append(bar)
+    for (status, open_, slot), members in groups.items():
+        ax.broken_barh(
+            [(b.start / 60, (b.end - b.start) / 60) for b in members],
+            (slot - 0.35, 0.7),
             color=COLOURS.get(status, "#999999"),
             edgecolor="black",
             lw=0.5 if len(bars) <= LABELLED_TRIALS else 0.1,
