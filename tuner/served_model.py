@@ -54,7 +54,8 @@ class ImageClassifier(mlflow.pyfunc.PythonModel):
         chunks = []
         with torch.no_grad():
             for begin in range(0, len(images), BATCH):
-                x = torch.from_numpy(np.ascontiguousarray(images[begin : begin + BATCH])).to(torch.float32)
+                # As float32 in a fresh array: the caller's may be read-only (PyTorch warns of those).
+                x = torch.from_numpy(images[begin : begin + BATCH].astype(np.float32))
                 x = (x / 255.0 - self.mean) / self.std
                 chunks.append(self.network(x).softmax(dim=1))
         probabilities = (torch.cat(chunks) if chunks else torch.zeros(0, len(self.labels))).numpy()
