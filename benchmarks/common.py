@@ -130,6 +130,24 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return correct / len(y)
 
 
+def improvements(epochs: list[tuple[float, float, Any]]) -> list[tuple[float, float, Any]]:
+    """The moments the best validation accuracy so far rose: ``(at, val_accuracy, model)``
+    from every epoch's ``(at, val_accuracy, model)``, where ``model`` is whatever can be
+    scored on the test set later (a checkpoint path, a state dict)."""
+    rising: list[tuple[float, float, Any]] = []
+    for at, value, model in sorted(epochs, key=lambda entry: entry[0]):
+        if not rising or value > rising[-1][1]:
+            rising.append((at, value, model))
+    return rising
+
+
+def scored_curve(epochs: list[tuple[float, float, Any]], test_accuracy) -> list[tuple[float, float, float]]:
+    """``(at, best val so far, that model's test accuracy)`` at each improvement: what a
+    user who stopped the contestant at that moment would hold. ``test_accuracy(model)``
+    scores one model; it runs after the contestant finished, outside its timed work."""
+    return [(at, value, test_accuracy(model)) for at, value, model in improvements(epochs)]
+
+
 class Clock:
     """Wall time since the contestant's process started (imports included)."""
 

@@ -11,7 +11,17 @@ import time
 
 import optuna
 import torch
-from common import Budget, Clock, Tensors, accuracy, build_cnn, contestant_args, train_epoch, write_result
+from common import (
+    Budget,
+    Clock,
+    Tensors,
+    accuracy,
+    build_cnn,
+    contestant_args,
+    scored_curve,
+    train_epoch,
+    write_result,
+)
 
 
 def main() -> None:
@@ -22,6 +32,7 @@ def main() -> None:
     data = Tensors(budget)
     best: dict = {"val_accuracy": -1.0}
     trials: list[dict] = []
+    rising: list[tuple[float, float, dict]] = []  # each new best model, scored on the test set at the end
 
     def objective(trial: optuna.Trial) -> float:
         lr = trial.suggest_float("lr", min(budget.lrs), max(budget.lrs), log=True)
@@ -40,6 +51,7 @@ def main() -> None:
             )
             if val_accuracy > best["val_accuracy"]:
                 best.update(val_accuracy=val_accuracy, state={k: v.clone() for k, v in model.state_dict().items()})
+                rising.append((record["epochs"][-1]["at"], val_accuracy, best["state"]))
             trial.report(val_accuracy, epoch + 1)
             if trial.should_prune():
                 raise optuna.TrialPruned()
@@ -57,8 +69,13 @@ def main() -> None:
         study.enqueue_trial({"lr": lr})
     study.optimize(objective, n_trials=len(budget.lrs))
 
+    inner_wall = clock()
     model = build_cnn(budget)
-    model.load_state_dict(best["state"])
+
+    def test_accuracy(state: dict) -> float:
+        model.load_state_dict(state)
+        return accuracy(model, data.test_x, data.test_y)
+
     epochs = [e for t in trials for e in t["epochs"]]
     write_result(
         args.out,
@@ -67,10 +84,11 @@ def main() -> None:
         epochs_run=len(epochs),
         compute_s=sum(e["compute_s"] for e in epochs),
         best_val_accuracy=best["val_accuracy"],
-        test_accuracy=accuracy(model, data.test_x, data.test_y),
+        test_accuracy=test_accuracy(best["state"]),
         pruned=sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials),
         curve=[(e["at"], e["val_accuracy"]) for e in epochs],  # when each epoch's score was known
-        inner_wall_s=clock(),
+        best_curve=scored_curve(rising, test_accuracy),
+        inner_wall_s=inner_wall,
     )
 
 

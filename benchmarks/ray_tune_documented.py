@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from common import Budget, Clock, build_cnn, contestant_args, write_result
+from common import Budget, Clock, build_cnn, contestant_args, scored_curve, write_result
 
 
 def train_fn_per_worker(config: dict) -> None:
@@ -144,18 +144,29 @@ def main() -> None:
     best = results.get_best_result(metric="val_accuracy", mode="max", scope="all")
     history = best.metrics_dataframe
     best_row = history.loc[history["val_accuracy"].idxmax()]
+    inner_wall = clock()
     model = build_cnn(budget)
-    model.load_state_dict(torch.load(Path(best_row["checkpoint_path"]) / "model.pt", weights_only=True))
     data = Tensors(budget)
+
+    def test_accuracy(checkpoint_path: str) -> float:
+        model.load_state_dict(torch.load(Path(checkpoint_path) / "model.pt", weights_only=True))
+        return accuracy(model, data.test_x, data.test_y)
+
     frames = [r.metrics_dataframe for r in results]
+    epochs = [
+        (float(t), float(v), str(c))
+        for f in frames
+        for t, v, c in zip(f["timestamp"], f["val_accuracy"], f["checkpoint_path"], strict=True)
+    ]
     write_result(
         args.out,
         epochs_run=int(sum(len(f) for f in frames)),
         compute_s=float(sum(f["compute_s"].sum() for f in frames)),
         best_val_accuracy=float(best_row["val_accuracy"]),
-        curve=[(float(t), float(v)) for f in frames for t, v in zip(f["timestamp"], f["val_accuracy"], strict=True)],
-        test_accuracy=accuracy(model, data.test_x, data.test_y),
-        inner_wall_s=clock(),
+        curve=[(at, value) for at, value, _ in epochs],
+        test_accuracy=test_accuracy(best_row["checkpoint_path"]),
+        best_curve=scored_curve(epochs, test_accuracy),
+        inner_wall_s=inner_wall,
     )
 
 

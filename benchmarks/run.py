@@ -5,7 +5,7 @@
 
 Every contestant runs as a child process of this one, one at a time, on the same
 budget (same configurations, model, epochs, split); their order rotates between
-rounds (``--rounds``) so that drift hits all alike. From outside, this script
+seeds (``--seeds``) so that drift hits all alike. From outside, this script
 measures each one's wall time and the peak memory of its whole process tree (PSS:
 shared pages, such as Ray's object store, counted once). It prints a table with
 ratios and writes ``results.json`` and ``results.md`` to ``--out``.
@@ -49,6 +49,7 @@ CONTESTANTS = {
     "tuner_probe_2slots_small": ("tuner_sweep.py", ["--max-concurrent", "2"]),
 }
 PROBE_SMALL_SUBSET = 6_000
+FLOORS = ("raw_pytorch", "tuner_probe")  # measure the machine, not the search: one seed is enough
 SUITES = {
     # The default sweep: six trials of the light CNN, three epochs, ASHA.
     "default": {"trials": 6, "epochs": 3, "contestants": list(CONTESTANTS)},
@@ -121,6 +122,7 @@ def run_contestant(name: str, budget: Budget, folder: Path) -> dict:
     result.update(wall_s=wall, peak_pss_mb=memory.peak_pss / 2**20)
     # Each epoch's validation score, at seconds since this contestant's command started.
     result["curve"] = sorted((at - started_at, value) for at, value in result.get("curve", []))
+    result["best_curve"] = sorted((at - started_at, val, test) for at, val, test in result.get("best_curve", []))
     result["peak_uss_mb_by_process"] = {k: v / 2**20 for k, v in sorted(memory.peak_uss_by_name.items())}
     print(
         f"    wall {wall:.0f}s, best val {result['best_val_accuracy']:.4f}, test {result['test_accuracy']:.4f}, "
@@ -156,10 +158,13 @@ def derive(results: dict[str, dict], budget: Budget) -> dict:
                 # Equal wall-clock budget: the best validation accuracy each had reached
                 # when the quicker of the two finished.
                 budget_s = min(result["wall_s"], results[other]["wall_s"])
+                ours, theirs = best_at(result, budget_s), best_at(results[other], budget_s)
                 figures[name][f"at_equal_wall_vs_{other}"] = {
                     "seconds": budget_s,
-                    "tuner_best_val": best_by(result["curve"], budget_s),
-                    "other_best_val": best_by(results[other]["curve"], budget_s),
+                    "tuner_best_val": ours[0],
+                    "other_best_val": theirs[0],
+                    "tuner_test": ours[1],
+                    "other_test": theirs[1],
                 }
     for suffix, n_train in (("", budget.train_subset or 60_000), ("_small", PROBE_SMALL_SUBSET)):
         probes = results.get(f"tuner_probe_1slot{suffix}"), results.get(f"tuner_probe_2slots{suffix}")
@@ -173,10 +178,38 @@ def derive(results: dict[str, dict], budget: Budget) -> dict:
     return figures
 
 
-def best_by(curve: list[tuple[float, float]], seconds: float) -> float | None:
-    """The best validation accuracy reported within ``seconds`` of the start (None: nothing yet)."""
-    reached = [value for at, value in curve if at <= seconds]
-    return max(reached) if reached else None
+def best_at(result: dict, seconds: float) -> tuple[float | None, float | None]:
+    """The best validation accuracy reported within ``seconds`` of the start, and the test
+    accuracy of the model that scored it (None: nothing yet, or not scored)."""
+    rising = [(val, test) for at, val, test in result.get("best_curve", []) if at <= seconds]
+    if rising:
+        return rising[-1]
+    reached = [value for at, value in result["curve"] if at <= seconds]
+    return (max(reached) if reached else None), None
+
+
+def across_seeds(per_seed: list[dict]) -> dict:
+    """Each tuner-against-peer figure over the seeds: mean, min and max."""
+    summary: dict = {}
+    for name in per_seed[0]:
+        if not isinstance(per_seed[0][name], dict) or "sweep_efficiency" not in per_seed[0][name]:
+            continue
+        for key, first in per_seed[0][name].items():
+            values = [figures[name].get(key) for figures in per_seed if name in figures]
+            if key.startswith("wall_vs_") or key == "sweep_efficiency":
+                summary.setdefault(name, {})[key] = _stats(values)
+            elif key.startswith("at_equal_wall_vs_"):
+                summary.setdefault(name, {})[key] = {
+                    field: _stats([v[field] for v in values if v[field] is not None]) for field in first
+                }
+    return summary
+
+
+def _stats(values: list[float]) -> dict:
+    values = [v for v in values if v is not None]
+    if not values:
+        return {}
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
 def _spread(values: list[float]) -> dict:
@@ -217,7 +250,8 @@ def table(suite: str, results: dict[str, dict], figures: dict) -> str:
             + "".join(f"; wall {f[k]:.2f} x {k.removeprefix('wall_vs_')}" for k in f if k.startswith("wall_vs_"))
             + "".join(
                 f"; at {f[k]['seconds']:.0f} s best val {_fmt(f[k]['tuner_best_val'])} vs "
-                f"{_fmt(f[k]['other_best_val'])} ({k.removeprefix('at_equal_wall_vs_')})"
+                f"{_fmt(f[k]['other_best_val'])}, its test {_fmt(f[k]['tuner_test'])} vs "
+                f"{_fmt(f[k]['other_test'])} ({k.removeprefix('at_equal_wall_vs_')})"
                 for k in f
                 if k.startswith("at_equal_wall_vs_")
             ),
@@ -234,13 +268,44 @@ def table(suite: str, results: dict[str, dict], figures: dict) -> str:
     return "\n".join(lines)
 
 
+def seeds_table(suite: str, summary: dict) -> str:
+    """tuner against each peer over the seeds: mean [min, max]."""
+    lines = [
+        f"### suite `{suite}`, over the seeds: mean [min, max]",
+        "",
+        "| figure | " + " | ".join(summary) + " |",
+        "|---|" + "---:|" * len(summary),
+    ]
+
+    def cell(stats: dict, digits: int) -> str:
+        if not stats:
+            return "-"
+        return f"{stats['mean']:.{digits}f} [{stats['min']:.{digits}f}, {stats['max']:.{digits}f}] (n={stats['n']})"
+
+    keys = sorted({k for figures in summary.values() for k in figures})
+    for key in keys:
+        if key.startswith("at_equal_wall_vs_"):
+            for field in ("seconds", "tuner_best_val", "other_best_val", "tuner_test", "other_test"):
+                row = [cell(f.get(key, {}).get(field, {}), 0 if field == "seconds" else 4) for f in summary.values()]
+                lines.append(f"| {key.removeprefix('at_equal_wall_vs_')}: {field} | " + " | ".join(row) + " |")
+        else:
+            lines.append(f"| {key} | " + " | ".join(cell(f.get(key, {}), 2) for f in summary.values()) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", action="append", choices=list(SUITES), help="default: all suites")
     parser.add_argument("--only", action="append", choices=list(CONTESTANTS), help="run only these contestants")
     parser.add_argument("--subset", type=int, default=None, help="train on N images (default: all 60,000)")
     parser.add_argument("--epochs", type=int, default=None, help="override the suite's epochs")
-    parser.add_argument("--rounds", type=int, default=1, help="repeat every contestant, rotating the order")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="run the peers once per seed (0..N-1: split, learning-rate order, initialisation), rotating the "
+        "order; the floors (raw PyTorch, memory probes) run with the first seed only",
+    )
     parser.add_argument("--out", default=str(HERE / "results" / time.strftime("%Y%m%d-%H%M%S")))
     args = parser.parse_args()
     out = Path(args.out).resolve()
@@ -248,28 +313,36 @@ def main() -> None:
     markdown = []
     for suite in args.suite or list(SUITES):
         spec = SUITES[suite]
-        budget = Budget(
-            suite=suite,
-            lrs=learning_rates(spec["trials"], seed=0),
-            epochs=args.epochs or spec["epochs"],
-            train_subset=args.subset,
-        )
         names = [n for n in spec["contestants"] if not args.only or n in args.only]
-        runs: dict[str, list[dict]] = {n: [] for n in names}
-        for round_ in range(args.rounds):
-            order = names[round_ % len(names) :] + names[: round_ % len(names)]
+        per_seed: list[dict] = []
+        for seed in range(args.seeds):
+            budget = Budget(
+                suite=suite,
+                lrs=learning_rates(spec["trials"], seed=seed),
+                epochs=args.epochs or spec["epochs"],
+                train_subset=args.subset,
+                seed=seed,
+            )
+            runnable = [n for n in names if seed == 0 or not n.startswith(FLOORS)]
+            order = runnable[seed % len(runnable) :] + runnable[: seed % len(runnable)]
+            results: dict[str, dict] = {}
             for name in order:
-                probe = "probe" in name
-                run_budget = replace(budget, lrs=budget.lrs[:2], epochs=1) if probe else budget
+                run_budget = replace(budget, lrs=budget.lrs[:2], epochs=1) if "probe" in name else budget
                 if name.endswith("_small"):
                     run_budget = replace(run_budget, train_subset=PROBE_SMALL_SUBSET)
-                runs[name].append(run_contestant(name, run_budget, out / suite / f"{name}-{round_}"))
-        # With several rounds, each figure is the median run by wall time.
-        results = {n: sorted(r, key=lambda x: x["wall_s"])[len(r) // 2] for n, r in runs.items()}
-        figures = derive(results, budget)
-        report["suites"][suite] = {"budget": budget.__dict__, "results": results, "figures": figures}
-        markdown.append(table(suite, results, figures))
-        print(markdown[-1], flush=True)
+                results[name] = run_contestant(name, run_budget, out / suite / f"{name}-seed{seed}")
+            if seed > 0:  # the floors of the first seed (throughput does not depend on the seed)
+                results.update({n: r for n, r in per_seed[0]["results"].items() if n.startswith(FLOORS)})
+            results = {n: results[n] for n in names if n in results}
+            figures = derive(results, budget)
+            per_seed.append({"budget": budget.__dict__, "results": results, "figures": figures})
+            markdown.append(table(f"{suite}, seed {seed}", results, figures))
+            print(markdown[-1], flush=True)
+        summary = across_seeds([run["figures"] for run in per_seed])
+        report["suites"][suite] = {"seeds": per_seed, "across_seeds": summary}
+        if summary:
+            markdown.append(seeds_table(suite, summary))
+            print(markdown[-1], flush=True)
     (out / "results.json").write_text(json.dumps(report, indent=2, default=float))
     header = f"Machine: {report['machine']}\n\nCommand: `{report['command']}`\n\n"
     (out / "results.md").write_text(header + "\n\n".join(markdown) + "\n")

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import yaml
-from common import REPO, Budget, write_result
+from common import REPO, Budget, scored_curve, write_result
 
 
 def sweep_file(budget: Budget, folder: Path, workers: int, max_concurrent: int | None) -> Path:
@@ -36,6 +36,9 @@ def sweep_file(budget: Budget, folder: Path, workers: int, max_concurrent: int |
     if budget.epochs < 2:  # ASHA needs two epochs to act (the memory probes run one)
         sweep["scheduler"] = {"name": "fifo"}
     sweep["scaling"] = {"workers": workers, "cpus_per_worker": 1}
+    # Every epoch's checkpoint kept, so that the best model at any moment can be scored
+    # on the test set afterwards (the equal-wall-clock figure); pruning only deletes.
+    sweep["checkpoint"] = {"keep": max(budget.epochs, 1)}
     path = folder / f"{sweep['name']}.yaml"
     path.write_text(yaml.safe_dump(sweep, sort_keys=False))
     return path
@@ -75,6 +78,27 @@ def timings(sweep_dir: Path) -> dict:
     }
 
 
+def best_curve(sweep_dir: Path, budget: Budget) -> list[tuple[float, float, float]]:
+    """The best model so far at each moment the sweep's best validation accuracy rose,
+    with its test accuracy: each improvement's own checkpoint, scored after the sweep."""
+    from common import Tensors, accuracy, build_cnn
+
+    from tuner.loop import load_state
+    from tuner.store import SweepPaths, trial_histories
+
+    epochs = []
+    for trial_id, rows in trial_histories(SweepPaths(sweep_dir)).items():
+        (trial_dir,) = (sweep_dir / "tune").glob(f"*{trial_id}*")
+        epochs += [(row["reported_at"], row["val_accuracy"], trial_dir / row["checkpoint_dir_name"]) for row in rows]
+    model, data = build_cnn(budget), Tensors(budget)
+
+    def test_accuracy(checkpoint: Path) -> float:
+        model.load_state_dict(load_state(checkpoint)["model"])
+        return accuracy(model, data.test_x, data.test_y)
+
+    return scored_curve(epochs, test_accuracy)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--budget", required=True)
@@ -98,6 +122,7 @@ def main() -> None:
         workers=args.workers,
         **timings(sweep_dir),
         test_accuracy=best["test_accuracy"],
+        best_curve=best_curve(sweep_dir, budget) if args.workers == 1 else [],
         inner_wall_s=wall,
     )
 
