@@ -49,6 +49,7 @@ CONTESTANTS = {
     "tuner_probe_2slots_small": ("tuner_sweep.py", ["--max-concurrent", "2"]),
 }
 PROBE_SMALL_SUBSET = 6_000
+EQUAL_WALL_SHARES = (0.25, 0.5, 0.75, 1)
 FLOORS = ("raw_pytorch", "tuner_probe")  # measure the machine, not the search: one seed is enough
 SUITES = {
     # The default sweep: six trials of the light CNN, three epochs, ASHA.
@@ -157,15 +158,19 @@ def derive(results: dict[str, dict], budget: Budget) -> dict:
                 figures[name][f"wall_vs_{other}"] = result["wall_s"] / results[other]["wall_s"]
                 # Equal wall-clock budget: the best validation accuracy each had reached
                 # when the quicker of the two finished.
-                budget_s = min(result["wall_s"], results[other]["wall_s"])
-                ours, theirs = best_at(result, budget_s), best_at(results[other], budget_s)
-                figures[name][f"at_equal_wall_vs_{other}"] = {
-                    "seconds": budget_s,
-                    "tuner_best_val": ours[0],
-                    "other_best_val": theirs[0],
-                    "tuner_test": ours[1],
-                    "other_test": theirs[1],
-                }
+                # Equal wall-clock budget: what each held when the quicker of the two
+                # finished, and at a quarter, half and three quarters of that time.
+                quicker = min(result["wall_s"], results[other]["wall_s"])
+                for share in EQUAL_WALL_SHARES:
+                    key = f"at_equal_wall_vs_{other}" if share == 1 else f"at_{share:.0%}_wall_vs_{other}"
+                    ours, theirs = best_at(result, quicker * share), best_at(results[other], quicker * share)
+                    figures[name][key] = {
+                        "seconds": quicker * share,
+                        "tuner_best_val": ours[0],
+                        "other_best_val": theirs[0],
+                        "tuner_test": ours[1],
+                        "other_test": theirs[1],
+                    }
     for suffix, n_train in (("", budget.train_subset or 60_000), ("_small", PROBE_SMALL_SUBSET)):
         probes = results.get(f"tuner_probe_1slot{suffix}"), results.get(f"tuner_probe_2slots{suffix}")
         if all(probes):
@@ -198,11 +203,15 @@ def across_seeds(per_seed: list[dict]) -> dict:
             values = [figures[name].get(key) for figures in per_seed if name in figures]
             if key.startswith("wall_vs_") or key == "sweep_efficiency":
                 summary.setdefault(name, {})[key] = _stats(values)
-            elif key.startswith("at_equal_wall_vs_"):
+            elif _at_wall(key):
                 summary.setdefault(name, {})[key] = {
                     field: _stats([v[field] for v in values if v[field] is not None]) for field in first
                 }
     return summary
+
+
+def _at_wall(key: str) -> bool:
+    return key.startswith("at_") and "_wall_vs_" in key
 
 
 def _stats(values: list[float]) -> dict:
@@ -284,10 +293,10 @@ def seeds_table(suite: str, summary: dict) -> str:
 
     keys = sorted({k for figures in summary.values() for k in figures})
     for key in keys:
-        if key.startswith("at_equal_wall_vs_"):
+        if _at_wall(key):
             for field in ("seconds", "tuner_best_val", "other_best_val", "tuner_test", "other_test"):
                 row = [cell(f.get(key, {}).get(field, {}), 0 if field == "seconds" else 4) for f in summary.values()]
-                lines.append(f"| {key.removeprefix('at_equal_wall_vs_')}: {field} | " + " | ".join(row) + " |")
+                lines.append(f"| {key}: {field} | " + " | ".join(row) + " |")
         else:
             lines.append(f"| {key} | " + " | ".join(cell(f.get(key, {}), 2) for f in summary.values()) + " |")
     return "\n".join(lines)
@@ -307,7 +316,11 @@ def main() -> None:
         "order; the floors (raw PyTorch, memory probes) run with the first seed only",
     )
     parser.add_argument("--out", default=str(HERE / "results" / time.strftime("%Y%m%d-%H%M%S")))
+    parser.add_argument("--derive", metavar="RESULTS_JSON", help="recompute the figures and tables of an earlier run")
     args = parser.parse_args()
+    if args.derive:
+        rederive(Path(args.derive))
+        return
     out = Path(args.out).resolve()
     report: dict = {"machine": _machine(), "command": " ".join(sys.argv), "suites": {}}
     markdown = []
@@ -347,6 +360,24 @@ def main() -> None:
     header = f"Machine: {report['machine']}\n\nCommand: `{report['command']}`\n\n"
     (out / "results.md").write_text(header + "\n\n".join(markdown) + "\n")
     print(f"\nwritten: {out / 'results.md'}")
+
+
+def rederive(path: Path) -> None:
+    """The figures and tables again from a ``results.json`` (after a change to ``derive``)."""
+    report = json.loads(path.read_text())
+    markdown = []
+    for suite, runs in report["suites"].items():
+        for run in runs["seeds"]:
+            budget = Budget(**run["budget"])
+            run["figures"] = derive(run["results"], budget)
+            markdown.append(table(f"{suite}, seed {budget.seed}", run["results"], run["figures"]))
+        runs["across_seeds"] = across_seeds([run["figures"] for run in runs["seeds"]])
+        if runs["across_seeds"]:
+            markdown.append(seeds_table(suite, runs["across_seeds"]))
+    path.write_text(json.dumps(report, indent=2, default=float))
+    header = f"Machine: {report['machine']}\n\nCommand: `{report['command']}`\n\n"
+    (path.parent / "results.md").write_text(header + "\n\n".join(markdown) + "\n")
+    print("\n\n".join(markdown))
 
 
 def _machine() -> str:
