@@ -2,7 +2,7 @@
 trial trains from memory against streaming, side by side with torchvision's
 ``ImageFolder`` + ``DataLoader(num_workers=2)`` on the same folder.
 
-    TUNER_DATA_DIR=../data .venv/bin/python benchmarks/data_paths.py [--images 20000]
+    TUNER_DATA_DIR=DIR .venv/bin/python benchmarks/data_paths.py [--images 20000]
 
 It writes an image folder of real MNIST digits (PNG, ``train/<digit>/`` and ``val/``),
 then runs each contestant as a child process, one at a time, measuring its wall time and
