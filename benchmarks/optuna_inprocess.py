@@ -77,6 +77,7 @@ def main() -> None:
         return accuracy(model, data.test_x, data.test_y)
 
     epochs = [e for t in trials for e in t["epochs"]]
+    best_curve = scored_curve(rising, test_accuracy)  # its last model is the best one
     write_result(
         args.out,
         threads=args.threads,
@@ -84,10 +85,10 @@ def main() -> None:
         epochs_run=len(epochs),
         compute_s=sum(e["compute_s"] for e in epochs),
         best_val_accuracy=best["val_accuracy"],
-        test_accuracy=test_accuracy(best["state"]),
+        test_accuracy=best_curve[-1][2],
         pruned=sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials),
         curve=[(e["at"], e["val_accuracy"]) for e in epochs],  # when each epoch's score was known
-        best_curve=scored_curve(rising, test_accuracy),
+        best_curve=best_curve,
         inner_wall_s=inner_wall,
     )
 

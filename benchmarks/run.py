@@ -156,8 +156,6 @@ def derive(results: dict[str, dict], budget: Budget) -> dict:
         for other in ("ray_tune_documented", "optuna_inprocess"):
             if other in results:
                 figures[name][f"wall_vs_{other}"] = result["wall_s"] / results[other]["wall_s"]
-                # Equal wall-clock budget: the best validation accuracy each had reached
-                # when the quicker of the two finished.
                 # Equal wall-clock budget: what each held when the quicker of the two
                 # finished, and at a quarter, half and three quarters of that time.
                 quicker = min(result["wall_s"], results[other]["wall_s"])
@@ -351,15 +349,27 @@ def main() -> None:
             per_seed.append({"budget": budget.__dict__, "results": results, "figures": figures})
             markdown.append(table(f"{suite}, seed {seed}", results, figures))
             print(markdown[-1], flush=True)
-        summary = across_seeds([run["figures"] for run in per_seed])
-        report["suites"][suite] = {"seeds": per_seed, "across_seeds": summary}
-        if summary:
-            markdown.append(seeds_table(suite, summary))
-            print(markdown[-1], flush=True)
-    (out / "results.json").write_text(json.dumps(report, indent=2, default=float))
-    header = f"Machine: {report['machine']}\n\nCommand: `{report['command']}`\n\n"
-    (out / "results.md").write_text(header + "\n\n".join(markdown) + "\n")
+        report["suites"][suite] = {"seeds": per_seed}
+        markdown += summarise(suite, report["suites"][suite])
+    write_report(out / "results.json", report, markdown)
     print(f"\nwritten: {out / 'results.md'}")
+
+
+def summarise(suite: str, runs: dict) -> list[str]:
+    """Fills ``runs["across_seeds"]`` from its seeds' figures; returns its table, if any."""
+    runs["across_seeds"] = across_seeds([run["figures"] for run in runs["seeds"]])
+    if not runs["across_seeds"]:
+        return []
+    text = seeds_table(suite, runs["across_seeds"])
+    print(text, flush=True)
+    return [text]
+
+
+def write_report(path: Path, report: dict, markdown: list[str]) -> None:
+    """``results.json`` and, beside it, ``results.md``."""
+    path.write_text(json.dumps(report, indent=2, default=float))
+    header = f"Machine: {report['machine']}\n\nCommand: `{report['command']}`\n\n"
+    (path.parent / "results.md").write_text(header + "\n\n".join(markdown) + "\n")
 
 
 def rederive(path: Path) -> None:
@@ -371,13 +381,9 @@ def rederive(path: Path) -> None:
             budget = Budget(**run["budget"])
             run["figures"] = derive(run["results"], budget)
             markdown.append(table(f"{suite}, seed {budget.seed}", run["results"], run["figures"]))
-        runs["across_seeds"] = across_seeds([run["figures"] for run in runs["seeds"]])
-        if runs["across_seeds"]:
-            markdown.append(seeds_table(suite, runs["across_seeds"]))
-    path.write_text(json.dumps(report, indent=2, default=float))
-    header = f"Machine: {report['machine']}\n\nCommand: `{report['command']}`\n\n"
-    (path.parent / "results.md").write_text(header + "\n\n".join(markdown) + "\n")
-    print("\n\n".join(markdown))
+            print(markdown[-1], flush=True)
+        markdown += summarise(suite, runs)
+    write_report(path, report, markdown)
 
 
 def _machine() -> str:
