@@ -524,9 +524,11 @@ def keep_state_copy(paths: SweepPaths, seen: dict[str, float], force: bool = Fal
     (at most 5% of the driver's time); the sweep's end copies it at once (``force``). A
     copy a few seconds old resumes the sweep as the state would have a few seconds before."""
     now = time.monotonic()
-    if not force and now < seen.get("", 0.0):
+    states = list(paths.tune.glob("experiment_state*.json"))
+    first_copy = any(state.name not in seen for state in states)  # a new state file: copy it at once
+    if not force and not first_copy and now < seen.get("", 0.0):
         return
-    for state in paths.tune.glob("experiment_state*.json"):
+    for state in states:
         try:
             stamp = state.stat().st_mtime_ns
         except OSError:
