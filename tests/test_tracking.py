@@ -347,3 +347,37 @@ def test_epochs_queued_when_the_driver_died_are_written_from_the_history(tmp_pat
     again.backfill(trial_histories(paths))  # a second resume writes nothing twice
     history = client.get_metric_history(run_id, "val_accuracy")
     assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, 0.6), (3, 0.7)]
+
+
+def test_epochs_written_before_mlflow_json_could_be_saved_are_not_written_twice(tmp_path):
+    """A full disk (or a kill) between an epoch's log_batch and mlflow.json's save leaves
+    mlflow.json's last step behind MLflow: the resume asks MLflow, and writes each epoch once."""
+    from mlflow.tracking import MlflowClient
+
+    from tuner.store import SweepPaths, append_history, trial_histories
+    from tuner.tracking import SweepRecord
+
+    sweep = SweepConfig.model_validate({"name": "behind", "output_dir": str(tmp_path / "runs")})
+    paths = SweepPaths(tmp_path / "runs" / "behind")
+    (paths.root / "tune").mkdir(parents=True)
+    paths.history.mkdir()
+    record = SweepRecord(sweep, paths)
+    record.trial_run("t_00000", {"lr": 0.001})
+    saved = (paths.root / "mlflow.json").read_text()  # knows the run, no epoch yet
+    result = {"trial_id": "t_00000", "training_iteration": 1, "val_accuracy": 0.5}
+    append_history(paths, "t_00000", result)
+    # A sweep's MLflow writer thread stamps an epoch later than the history does (an exact
+    # repeat, time included, MLflow would drop by itself).
+    record.log_result("t_00000", {"lr": 0.001}, result, stamp=time.time() + 1)
+    record.flush()  # epoch 1 is in MLflow ...
+    (paths.root / "mlflow.json").write_text(saved)  # ... but mlflow.json's save did not land
+    run_id = record.trials["t_00000"]
+    del record
+
+    again = SweepRecord(sweep, paths)
+    again.backfill(trial_histories(paths))
+    again.log_result("t_00000", {}, result)  # epoch 1 re-run from the start: Tune had no checkpoint
+    again.log_result("t_00000", {}, {**result, "training_iteration": 2, "val_accuracy": 0.6})
+    again.flush()
+    history = MlflowClient(again.uri).get_metric_history(run_id, "val_accuracy")
+    assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, 0.6)]

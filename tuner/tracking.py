@@ -180,11 +180,15 @@ class SweepRecord:
         run_id = self._orphans.pop(trial_id, None)
         if run_id is None:
             return None
-        steps = [m.step for m in self.client.get_metric_history(run_id, "val_accuracy")]
         self.trials[trial_id] = run_id
-        self.last_step[trial_id] = max([self.last_step.get(trial_id, 0), *steps])
+        self.last_step[trial_id] = max(self.last_step.get(trial_id, 0), self._logged_step(run_id))
         self.save()
         return run_id
+
+    def _logged_step(self, run_id: str) -> int:
+        """The last epoch the run holds in MLflow itself (0 if none). An epoch's metrics are
+        one ``log_batch``, so its val_accuracy stands for all of them."""
+        return max((m.step for m in self.client.get_metric_history(run_id, "val_accuracy")), default=0)
 
     def log_result(
         self, trial_id: str, config: dict[str, Any], result: dict[str, Any], stamp: float | None = None
@@ -225,9 +229,16 @@ class SweepRecord:
 
     def backfill(self, histories: dict[str, list[dict[str, Any]]]) -> None:
         """Epochs the history has and this trial's run lacks (the driver was killed before
-        a flush): queue them, with the time the driver had them, and write them."""
-        for trial_id in self.trials:
-            for row in histories.get(trial_id, []):
+        a flush): queue them, with the time the driver had them, and write them.
+
+        mlflow.json's ``last_step`` can lag MLflow: a driver killed, or out of disk, after a
+        ``log_batch`` and before mlflow.json was saved. So where the history is ahead of it,
+        MLflow is asked what the run holds (one query per such trial; none after a clean stop)."""
+        for trial_id, run_id in self.trials.items():
+            rows = histories.get(trial_id, [])
+            if max((row["training_iteration"] for row in rows), default=0) > self.last_step.get(trial_id, 0):
+                self.last_step[trial_id] = max(self.last_step.get(trial_id, 0), self._logged_step(run_id))
+            for row in rows:
                 self.log_result(trial_id, {}, row, stamp=row.get("reported_at"))
         self.flush()
 
