@@ -118,6 +118,9 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, ray_tmp):
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 130, stderr[-3000:]
     assert f"python -m tuner resume {root}" in stderr
+    assert "Tuner.restore" not in stdout + stderr  # Tune's advice, not tuner's
+    (summary,) = re.findall(r"^\[ *\S+\] it \d/3 done.*$", stdout, re.M)  # the progress's last line
+    assert "interrupted" in summary and "stopped early" not in summary, summary
     assert not (root / "best").exists()
     _reports_unfinished(root, "interrupted")
     status = tuner_cli("status", str(root), timeout=120)

@@ -109,3 +109,22 @@ def test_the_callback_tune_pickles_with_the_sweep_feeds_the_reporter_of_the_resu
     lines = [re.sub(r"^\[\s*\d+s\] ", "", line) for line in stream.getvalue().splitlines()]
     assert lines[0] == "trial a_00000 started: lr=0.002"
     assert "best so far: a_00000 val_accuracy=0.9000 at epoch 2 (lr=0.002)" in lines  # NaN was never best
+
+
+def test_a_sweep_stopped_by_ctrl_c_counts_its_trials_interrupted_and_pending_not_stopped_early():
+    stream = io.StringIO()
+    a, b, c = _trial("a_00000", 0.002), _trial("b_00001", 0.001), _trial("c_00002", 0.003, "PENDING")
+    trials = [a, b, c]
+    callback = make_callback()
+    with Reporter(_progress(), stream=stream, live=False):
+        callback.on_trial_start(0, trials, a)
+        callback.on_trial_start(0, trials, b)
+        b.last_result = {"training_iteration": 1, "val_accuracy": 0.8}
+        b.status = "TERMINATED"  # the scheduler stops b, and says so
+        callback.on_trial_complete(0, trials, b)
+        a.last_result = {"training_iteration": 2, "val_accuracy": 0.9}
+        callback.on_step_end(0, trials)
+        for trial in (a, c):  # Ctrl-C: Tune ends the rest without a callback
+            trial.status = "TERMINATED"
+    last = stream.getvalue().splitlines()[-1]
+    assert re.sub(r"^\[\s*\d+s\] ", "", last).startswith("mnist_asha 1/3 done: 1 stopped early | 1 interrupted | ")

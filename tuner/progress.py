@@ -42,10 +42,15 @@ class Progress:
     best: _Best | None = None
     epochs_seen: int = 0  # reported in this run of the command: the pace for the estimate
     first_epoch_at: float | None = None
+    # Ctrl-C: Tune marks the trials it stops TERMINATED without telling the callbacks, so a
+    # trial seen unended here that ends with no word from Tune was interrupted, not stopped.
+    unended: set[str] = field(default_factory=set)
+    completed: set[str] = field(default_factory=set)
 
     # --- events, from the Tune callback ---------------------------------------------------
     def observe(self, trials: list[Any]) -> None:
         self.trials = list(trials)
+        self.unended.update(t.trial_id for t in self.trials if t.status not in ENDED)
         if self.best is not None and not self.best.config:  # seeded before the trials were known
             self.best.config = next((dict(t.config) for t in self.trials if t.trial_id == self.best.trial_id), {})
 
@@ -77,7 +82,7 @@ class Progress:
 
     # --- what is shown --------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
-        counts = {"finished": 0, "running": 0, "stopped early": 0, "errored": 0, "pending": 0}
+        counts = {"finished": 0, "running": 0, "stopped early": 0, "errored": 0, "interrupted": 0, "pending": 0}
         for trial in self.trials:
             counts[self.state(trial)] += 1
         counts["pending"] += max(0, self.total_trials - len(self.trials))
@@ -87,7 +92,11 @@ class Progress:
         if trial.status == "ERROR":
             return "errored"
         if trial.status == "TERMINATED":
-            return "finished" if _epoch(trial) >= self.max_epochs else "stopped early"
+            if _epoch(trial) >= self.max_epochs:
+                return "finished"
+            if trial.trial_id in self.unended and trial.trial_id not in self.completed:
+                return "interrupted" if _epoch(trial) else "pending"
+            return "stopped early"
         if trial.status in ("RUNNING", "PAUSED"):
             return "running"
         return "pending"
@@ -112,6 +121,8 @@ class Progress:
             line += ": " + ", ".join(f"{counts[state]} {state}" for state in ended if counts[state])
         if counts["running"]:
             line += f" | {counts['running']} running"
+        if counts["interrupted"]:
+            line += f" | {counts['interrupted']} interrupted"
         line += f" | {_duration(time.monotonic() - self.started)}"
         left = self.seconds_left()
         if left is not None and done < self.total_trials:
@@ -208,6 +219,7 @@ class Reporter:
 
     def ended(self, trials: list[Any], trial: Any, errored: bool = False) -> None:
         self.progress.observe(trials)
+        self.progress.completed.add(trial.trial_id)
         epoch = _epoch(trial)
         if self.live_mode and not errored:  # counted in the view; an error is printed above it
             return
