@@ -335,9 +335,15 @@ def _stop_cleanly_on_ctrl_c():
         interrupted.set()
         what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         print(f"\n{what}: stopping the trials and saving the sweep's state (Ctrl-C again to abort)", flush=True)
+        # Tune's own words from here on (Tuner.restore advice, no metrics for the trials
+        # that never started) mislead: tuner's last line says how to resume.
+        for logger in quieted:
+            logger.setLevel(logging.ERROR)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.kill(os.getpid(), signal.SIGUSR1)
 
+    loggers = [logging.getLogger(name) for name in ("ray.tune.tune", "ray.tune.analysis.experiment_analysis")]
+    quieted = {logger: logger.level for logger in loggers}
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -345,6 +351,8 @@ def _stop_cleanly_on_ctrl_c():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        for logger, level in quieted.items():
+            logger.setLevel(level)
 
 
 def can_resume(paths: SweepPaths) -> bool:
