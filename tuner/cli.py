@@ -33,6 +33,30 @@ def _add_sweep_file(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_cluster_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster-timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="how long to wait for the cluster to take the work (a job agent, every node), default 300",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a number of seconds > 0, but got {text!r}")
+    return value
+
+
+def _cluster_timeout(args: argparse.Namespace) -> dict[str, float]:
+    return {} if args.cluster_timeout is None else {"cluster_timeout_s": args.cluster_timeout}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tuner", description="Hyperparameter sweeps on Ray Tune from one YAML file.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -43,12 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--address", help="join an existing Ray cluster (else $RAY_ADDRESS, else a local Ray)")
     sweep.add_argument("--verbose", action="store_true", help="show Ray's worker logs")
     sweep.add_argument("--dry-run", action="store_true", help="validate and print the resolved config only")
+    _add_cluster_timeout(sweep)
     sweep.set_defaults(handler=cmd_sweep)
 
     submit = commands.add_parser("submit", help="run a sweep (or resume a sweep folder) as a Ray Job on a cluster")
     _add_sweep_file(submit)
     submit.add_argument("--address", help="the cluster's dashboard, e.g. http://HOST:8265 (else $RAY_ADDRESS)")
     submit.add_argument("--follow", action="store_true", help="stream the job's logs; exit with its outcome")
+    _add_cluster_timeout(submit)
     submit.set_defaults(handler=cmd_submit)
 
     jobs = commands.add_parser("jobs", help="tuner's Ray Jobs on a cluster and their state")
@@ -65,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("folder", help="the sweep's output folder, e.g. runs/mnist_asha")
     resume.add_argument("--address", help="join an existing Ray cluster (else $RAY_ADDRESS, else a local Ray)")
     resume.add_argument("--verbose", action="store_true", help="show Ray's worker logs")
+    _add_cluster_timeout(resume)
     resume.set_defaults(handler=cmd_resume)
 
     status = commands.add_parser("status", help="the trials of a sweep and the best so far")
@@ -132,7 +159,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from tuner.sweep import run_sweep
 
     sweep = _load(args)
-    outcome = run_sweep(sweep, address=args.address, verbose=args.verbose)
+    outcome = run_sweep(sweep, address=args.address, verbose=args.verbose, **_cluster_timeout(args))
     _print_outcome(sweep, outcome.best, outcome.paths)
     return 0
 
@@ -140,7 +167,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     from tuner import jobs
 
-    job = jobs.submit(args.file, args.overrides, smoke=args.smoke, address=args.address)
+    job = jobs.submit(args.file, args.overrides, smoke=args.smoke, address=args.address, **_cluster_timeout(args))
     address = f" --address {job.address}" if job.address else ""
     print(f"submitted job {job.job_id} to {job.address or 'the cluster'}: {job.entrypoint}")
     print(f"  follow:  ray job logs --follow {job.job_id}{address}")
@@ -148,7 +175,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"  stop:    python -m tuner stop {job.job_id}{address}   (the sweep saves its state; resume continues it)")
     print(f"  results: in {job.output_dir}/ on the cluster's storage (tuner jobs names the sweep's folder)")
     if args.follow:
-        return jobs.follow(job.job_id, args.address or job.address or None)
+        return jobs.follow(job.job_id, args.address or job.address or None, **_cluster_timeout(args))
     return 0
 
 
@@ -181,12 +208,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from tuner.sweep import run_sweep
 
     sweep, paths = open_sweep(args.folder)
-    _print_outcome(sweep, run_sweep(sweep, address=args.address, verbose=args.verbose, paths=paths).best, paths)
+    outcome = run_sweep(sweep, address=args.address, verbose=args.verbose, paths=paths, **_cluster_timeout(args))
+    _print_outcome(sweep, outcome.best, paths)
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tuner.results import best_trial, open_sweep, trial_summaries
+    from tuner.results import best_trial, how_to_continue, open_sweep, trial_summaries
 
     sweep, paths = open_sweep(args.folder)
     summaries = trial_summaries(sweep, paths)
@@ -208,6 +236,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if any(t.best_value is not None for t in summaries):
         best = best_trial(sweep, paths, summaries)
         print(f"best so far: {best.trial_id} at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}")
+    hint = how_to_continue(sweep, paths, summaries, args.folder)
+    if hint:
+        print(hint)
     return 0
 
 

@@ -25,6 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from tuner import spaces
 from tuner.errors import ConfigError
+from tuner.shipped import submitted_file
 from tuner.yamlio import LoadedYaml, load_yaml, parse_scalar
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
@@ -491,6 +492,9 @@ def _check_pairs(cfg: SweepConfig) -> None:
 # --- loading ------------------------------------------------------------------------------
 def resolve_sweep_path(name_or_path: str) -> Path:
     """A path as given, or a bare name looked up in ``experiments/`` (``.yaml`` optional)."""
+    submitted = submitted_file(name_or_path)  # a submitted job runs the file it was given
+    if submitted is not None:
+        return submitted
     path = Path(name_or_path)
     if path.exists() or path.parent != Path("."):
         return path

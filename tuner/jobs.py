@@ -1,10 +1,11 @@
 """Sweeps as Ray Jobs: submit one to a cluster's dashboard, list tuner's jobs, stop one.
 
 ``submit`` validates the sweep file here (the same one-line errors as ``sweep``; nothing
-is submitted for a bad file), then ships what the job needs as its working directory:
-the ``tuner`` package, the ``search_spaces/`` registry and the sweep file. On the cluster
-the job runs ``python -m tuner sweep FILE`` (or ``resume FOLDER``) with the cluster's
-own Python, which must have tuner's dependencies installed.
+is submitted for a bad file), then ships a copy of the ``tuner`` package as the job's
+``py_modules`` entry, with the sweep file and the ``search_spaces/`` registry inside it
+(tuner/shipped.py says why not as a working directory). On the cluster the job runs
+``python -m tuner sweep FILE`` (or ``resume FOLDER``) with the cluster's own Python, which
+must have tuner's dependencies installed.
 
 A stopped job's driver gets SIGTERM, which stops the trials and saves the sweep like a
 Ctrl-C does, so ``resume`` (locally or as a job) continues it.
@@ -22,15 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner.cluster import CLUSTER_TIMEOUT_S
 from tuner.config import SweepConfig, load_sweep, resolve_sweep_path
 from tuner.errors import TunerError
+from tuner.shipped import JOB_FILES, PACKAGE_DIR, registry_dir
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-SPACES_DIR = PACKAGE_DIR.parent / "search_spaces"
 METADATA_KEY = "tuner_sweep"  # marks tuner's jobs among a cluster's others
 # Time a stopped job's driver gets to stop its trials and save the sweep before SIGKILL.
 STOP_WAIT_S = 60
-AGENT_WAIT_S = 60  # a just-started cluster's wait for its job agent
 OUTPUT_LINE = "  output: "  # the plan line naming the sweep's folder (tuner.sweep.describe)
 
 
@@ -47,17 +47,18 @@ def client(address: str | None) -> Any:
     token when one is at hand; an unreachable dashboard is one line."""
     from ray.job_submission import JobSubmissionClient
 
-    from tuner.sweep import _send_auth_token_if_any
+    from tuner.cluster import send_auth_token_if_any
 
     _quiet_client_logs()
-    _send_auth_token_if_any()
+    send_auth_token_if_any()
     where = address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or "(auto)"
     try:
         return JobSubmissionClient(address)
     except Exception as error:  # ConnectionError, RuntimeError, ValueError, depending on the cause
         raise TunerError(
-            f"cannot reach the Ray dashboard at {where} ({_first_line(error)}); "
-            "start the cluster or pass --address http://HOST:8265"
+            f"cannot reach the Ray dashboard at {where} ({_first_line(error)}): the cluster is down or this is not "
+            "its address (--address http://HEAD:8265); a sweep it ran keeps its state in its folder: on a new "
+            "cluster, resume it with: python -m tuner submit FOLDER --address http://HEAD:8265"
         ) from None
 
 
@@ -101,9 +102,16 @@ def _is_absolute(path: str) -> bool:
 
 
 def submit(
-    target: str, overrides: list[str], *, smoke: bool, address: str | None, wait_s: float = STOP_WAIT_S
+    target: str,
+    overrides: list[str],
+    *,
+    smoke: bool,
+    address: str | None,
+    wait_s: float = STOP_WAIT_S,
+    cluster_timeout_s: float = CLUSTER_TIMEOUT_S,
 ) -> Submission:
-    """Validate here, then submit ``sweep`` (a file) or ``resume`` (a sweep folder) as a job."""
+    """Validate here, then submit ``sweep`` (a file) or ``resume`` (a sweep folder) as a job;
+    the cluster has ``cluster_timeout_s`` to accept it, and its driver the same for its waits."""
     folder = Path(target)
     if "://" in target or (folder.is_dir() and (folder / "sweep.yaml").is_file()):
         if overrides or smoke:
@@ -119,49 +127,83 @@ def submit(
         check_cluster_paths(sweep, str(path))
         staged_file = path
         command = ["sweep", path.name, *(f"--set={item}" for item in overrides), *(["--smoke"] if smoke else [])]
-    entrypoint = shlex.join(["python", "-m", "tuner", *command])
+    if cluster_timeout_s != CLUSTER_TIMEOUT_S:
+        command.append(f"--cluster-timeout={cluster_timeout_s:g}")
+    # -P: the job's working directory (wherever its node was started, a tuner checkout
+    # maybe) must not come before the shipped copy of tuner on sys.path.
+    entrypoint = shlex.join(["python", "-P", "-m", "tuner", *command])
     jobs = client(address)
     job_id = f"tuner-{sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
     with tempfile.TemporaryDirectory(prefix="tuner-job-") as staging:
-        working_dir = _stage(Path(staging), staged_file)
+        package = _stage(Path(staging), staged_file)
         request = {
             "entrypoint": entrypoint,
             "submission_id": job_id,
             "runtime_env": {
-                "working_dir": str(working_dir),
+                "py_modules": [str(package)],
                 "env_vars": {"RAY_JOB_STOP_SIGNAL": "SIGTERM", "RAY_JOB_STOP_WAIT_TIME_S": str(int(wait_s))},
             },
             "metadata": {METADATA_KEY: sweep.name, "output_dir": sweep.output_dir, "command": command[0]},
         }
-        deadline = time.monotonic() + AGENT_WAIT_S
-        while True:
-            try:
-                jobs.submit_job(**request)
-                break
-            except Exception as error:
-                # A cluster that has just started has no job agent for a few seconds.
-                if "No available agent" not in str(error) or time.monotonic() > deadline:
-                    raise TunerError(f"the cluster refused the job ({_first_line(error)})") from None
-                time.sleep(2.0)
+        _submit_once_accepted(jobs, request, cluster_timeout_s)
     return Submission(job_id, _address_of(jobs, address), entrypoint, sweep.output_dir)
 
 
+def _submit_once_accepted(jobs: Any, request: dict[str, Any], limit_s: float) -> None:
+    """Submit as soon as the cluster has a job agent to take it: a cluster that has just
+    started, or a loaded one, has none for a while (over a minute was seen). A retry after
+    an attempt that reached the cluster after all finds its own job there."""
+    started = time.monotonic()
+    told = False
+    while True:
+        try:
+            jobs.submit_job(**request)
+            return
+        except Exception as error:  # the dashboard's refusal, as RuntimeError with its text
+            if "already exists" in str(error) and _job_exists(jobs, request["submission_id"]):
+                return
+            if "No available agent" not in str(error):
+                raise TunerError(f"the cluster refused the job ({_first_line(error)})") from None
+        waited = time.monotonic() - started
+        if waited > limit_s:
+            raise TunerError(
+                f"the cluster's job agent did not answer within {limit_s:g} s (--cluster-timeout); the head node "
+                "may be overloaded or still starting: try again, or give it longer"
+            )
+        if not told and waited > 5:
+            print(f"waiting for the cluster's job agent (up to {limit_s:g} s: --cluster-timeout)", flush=True)
+            told = True
+        time.sleep(1.0)
+
+
+def _job_exists(jobs: Any, job_id: str) -> bool:
+    try:
+        jobs.get_job_info(job_id)
+    except Exception:  # noqa: BLE001 - "does not exist" and friends
+        return False
+    return True
+
+
 def _stage(staging: Path, sweep_file: Path | None) -> Path:
-    """The job's working directory: the tuner package, the space registry, the sweep file."""
-    root = staging / "job"
-    shutil.copytree(PACKAGE_DIR, root / "tuner", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    if SPACES_DIR.is_dir():
-        shutil.copytree(SPACES_DIR, root / "search_spaces", ignore=shutil.ignore_patterns("__pycache__"))
+    """The package the job ships: a copy of tuner with the space registry and the sweep
+    file in its ``_job/`` folder, where tuner/shipped.py looks for them on the cluster."""
+    package = staging / "tuner"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", JOB_FILES.name)  # never a job's files in a job's
+    shutil.copytree(PACKAGE_DIR, package, ignore=ignore)
+    job_files = package / JOB_FILES.name
+    job_files.mkdir()
+    if registry_dir().is_dir():
+        shutil.copytree(registry_dir(), job_files / "search_spaces", ignore=shutil.ignore_patterns("__pycache__"))
     if sweep_file is not None:
-        shutil.copy2(sweep_file, root / sweep_file.name)
-    return root
+        shutil.copy2(sweep_file, job_files / sweep_file.name)
+    return package
 
 
 def _address_of(jobs: Any, address: str | None) -> str:
     return getattr(jobs, "_address", None) or address or ""
 
 
-def follow(job_id: str, address: str | None) -> int:
+def follow(job_id: str, address: str | None, cluster_timeout_s: float = CLUSTER_TIMEOUT_S) -> int:
     """Stream the job's logs until it ends; its driver's exit code (1 if unknown)."""
     jobs = client(address)
 
@@ -174,7 +216,7 @@ def follow(job_id: str, address: str | None) -> int:
     except KeyboardInterrupt:
         print(f"\nstopped following; the job goes on. Stop it with: python -m tuner stop {job_id}", flush=True)
         return 130
-    info = _wait_for_end(jobs, job_id)
+    info = _wait_for_end(jobs, job_id, timeout_s=cluster_timeout_s)
     code = getattr(info, "driver_exit_code", None)
     print(f"job {job_id}: {info.status}" + (f" (exit code {code})" if code is not None else ""), flush=True)
     if str(info.status).endswith("SUCCEEDED"):
@@ -182,7 +224,7 @@ def follow(job_id: str, address: str | None) -> int:
     return code if isinstance(code, int) and code > 0 else 1
 
 
-def _wait_for_end(jobs: Any, job_id: str, timeout_s: float = 60.0) -> Any:
+def _wait_for_end(jobs: Any, job_id: str, timeout_s: float) -> Any:
     """The log stream can end a moment before the job's status does."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -158,6 +158,32 @@ def trial_summaries(
     return summaries
 
 
+UNDONE = ("interrupted", "pending", "paused")
+
+
+def how_to_continue(sweep: SweepConfig, paths: SweepPaths, summaries: list[TrialSummary], folder: str) -> str | None:
+    """One line for a sweep that no process is running and that has trials left: how to go
+    on, and, when its last run joined a cluster that no longer answers, that it is gone."""
+    if not any(t.status in UNDONE for t in summaries) and len(summaries) >= sweep.total_trials:
+        return None
+    if in_use(paths):
+        return None
+    from tuner.cluster import answers
+
+    last_run = next((e for e in reversed(store.read_timeline(paths)) if e.get("event") == "run"), {})
+    cluster = last_run.get("cluster")
+    if cluster is None:
+        return f"not running: continue it with: python -m tuner resume {folder}"
+    as_job = f"python -m tuner submit {folder} --address http://HEAD:8265"
+    if answers(cluster):
+        resume = f"python -m tuner resume {folder} --address {cluster}"
+        return f"not running: continue it on its cluster: {resume} (or {as_job})"
+    return (
+        f"not running, and its cluster {cluster} does not answer (its head node is gone?): start a cluster, then "
+        f"resume it with: python -m tuner resume {folder} --address HEAD:6379 (or {as_job})"
+    )
+
+
 def in_use(paths: SweepPaths) -> bool:
     """Whether a sweep (or resume) is writing the folder now."""
     if paths.remote:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tuner.errors import ConfigError
+from tuner.shipped import registry_dir
 from tuner.yamlio import load_yaml
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SPACES_DIR = registry_dir()
 
 RANGE_KINDS = ("uniform", "loguniform", "quniform", "qloguniform", "randint")
 LIST_KINDS = ("choice", "grid")

@@ -29,62 +29,13 @@ from typing import Any
 import yaml
 
 from tuner import remote, store
+from tuner.cluster import CLUSTER_TIMEOUT_S, check_shared_storage, joined, start_ray
 from tuner.config import SweepConfig
 from tuner.data import TrainingData
 from tuner.errors import TunerError
 from tuner.store import SweepLock, SweepPaths, claim_new, release_unused, write_atomic
 
 DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation for the trial driver process
-
-
-def start_ray(address: str | None, *, verbose: bool = False) -> bool:
-    """Join the cluster at ``address`` (or $RAY_ADDRESS), else start a local one.
-
-    Returns whether this process started Ray (and so must stop it). The dashboard
-    stays on, bound to 127.0.0.1: without it, stopped trials leak their CPUs.
-    """
-    import ray
-
-    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-    # One snapshot per checkpoint is what resume needs; Tune warns about it every epoch.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    if ray.is_initialized():  # a caller (tests, notebooks) owns the connection
-        return False
-    if not verbose:  # Ray's notice that its token auth is on: not news on every run
-        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-        # MLflow's INFO lines (creating the store's tables, validating the model's input
-        # example) would break into the progress view; its warnings still show. MLflow
-        # sets its loggers' level from this variable when it is imported.
-        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # its bars when it logs the model
-        logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
-    address = address or os.environ.get("RAY_ADDRESS")
-    common = {"log_to_driver": verbose, "configure_logging": True, "logging_level": "INFO" if verbose else "WARNING"}
-    if address:
-        _send_auth_token_if_any()
-        package_dir = str(Path(__file__).resolve().parent)
-        ray.init(address=address, runtime_env={"py_modules": [package_dir]}, **common)
-        return False
-    # "local": a Ray of our own, never one that `ray start` (or a crashed cluster, through
-    # its stale /tmp/ray/ray_current_cluster) left on this machine.
-    ray.init(address="local", include_dashboard=True, dashboard_host="127.0.0.1", **common)
-    return True
-
-
-def _send_auth_token_if_any() -> None:
-    """Clusters started with ``ray start`` use token auth by default, but a client joining
-    one sends its token only in token mode: turn that on when a token is at hand.
-
-    Ray's own helper for this also refreshes its cached config, which setting
-    RAY_AUTH_MODE after ``import ray`` would not.
-    """
-    if "RAY_AUTH_MODE" in os.environ:
-        return
-    from ray._private.authentication.authentication_token_setup import (
-        maybe_enable_token_auth_if_token_available,
-    )
-
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def decide_gpu(sweep: SweepConfig, cluster: dict[str, float]) -> bool:
@@ -125,63 +76,6 @@ def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bo
             + "; lower scaling.workers or cpus_per_worker"
         )
     return min(slots, sweep.trials.max_concurrent or slots)
-
-
-def check_shared_storage(paths: SweepPaths) -> None:
-    """On a cluster of several nodes, every node must see the sweep folder (Tune's trials
-    write their checkpoints there): a marker written here must be visible from each node.
-    A local disk of the driver's machine fails this at once, not at the first checkpoint."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    nodes = [node for node in ray.nodes() if node["Alive"]]
-    if len(nodes) < 2:
-        return
-    note = b"written by the sweep's driver to check that every node sees this folder\n"
-    marker_name = f".tuner-visible-{os.getpid()}-{os.urandom(3).hex()}"
-    if paths.remote:  # every node needs the storage's package and credentials
-        marker = remote.join(paths.remote, marker_name)
-        remote.write_bytes(marker, note)
-    else:
-        marker = str(paths.root / marker_name)
-        write_atomic(Path(marker), note)
-
-    @ray.remote(num_cpus=0)
-    def sees(path: str) -> bool:
-        if "://" not in path:
-            return os.path.exists(path)
-        try:
-            import pyarrow.fs
-
-            fs, inner = pyarrow.fs.FileSystem.from_uri(path)
-            return fs.get_file_info(inner).type != pyarrow.fs.FileType.NotFound
-        except Exception:  # no package, no credentials, no route: this node cannot see it
-            return False
-
-    try:
-        seen = ray.get(
-            [
-                sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
-                    str(marker)
-                )
-                for node in nodes
-            ],
-            timeout=120,
-        )
-    finally:
-        if paths.remote:
-            remote.delete(marker)
-        else:
-            Path(marker).unlink(missing_ok=True)
-    blind = [node for node, ok in zip(nodes, seen, strict=True) if not ok]
-    if blind:
-        names = ", ".join(f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})" for node in blind)
-        where = remote.parent(paths.remote) if paths.remote else paths.root.parent
-        raise TunerError(
-            f"output_dir: {where} is not visible from {len(blind)} of the cluster's {len(nodes)} "
-            f"nodes ({names}); on a cluster of several machines put output_dir on storage every node reaches "
-            "(a shared mount such as NFS) - see docs/cluster.md"
-        )
 
 
 def describe(
@@ -371,7 +265,12 @@ class SweepOutcome:
 
 
 def run_sweep(
-    sweep: SweepConfig, *, address: str | None = None, verbose: bool = False, paths: SweepPaths | None = None
+    sweep: SweepConfig,
+    *,
+    address: str | None = None,
+    verbose: bool = False,
+    paths: SweepPaths | None = None,
+    cluster_timeout_s: float = CLUSTER_TIMEOUT_S,
 ) -> SweepOutcome:
     """Run a sweep in a folder of its own and export its best model; with ``paths``,
     resume the sweep in that folder instead.
@@ -395,7 +294,9 @@ def run_sweep(
                 data = _load_data(sweep)
             else:
                 save_resolved_config(sweep, paths)
-            return _fit_and_export(sweep, paths, data, address=address, verbose=verbose, resume=resume)
+            return _fit_and_export(
+                sweep, paths, data, address=address, verbose=verbose, resume=resume, cluster_timeout_s=cluster_timeout_s
+            )
     except BaseException:
         if not resume:
             release_unused(paths)  # only if nothing but its config was written
@@ -486,7 +387,14 @@ def _check_resumable(sweep: SweepConfig, paths: SweepPaths) -> None:
 
 
 def _fit_and_export(
-    sweep: SweepConfig, paths: SweepPaths, data: Any, *, address: str | None, verbose: bool, resume: bool
+    sweep: SweepConfig,
+    paths: SweepPaths,
+    data: Any,
+    *,
+    address: str | None,
+    verbose: bool,
+    resume: bool,
+    cluster_timeout_s: float,
 ) -> SweepOutcome:
     """Start or join Ray, fit, export; a write the machine refused ends it in one line."""
     import ray
@@ -495,7 +403,9 @@ def _fit_and_export(
     started_ray = start_ray(address, verbose=verbose)
     try:
         with store.writing_records_to(paths):
-            return _run(sweep, paths, data, resume=resume, verbose=verbose)
+            return _run(
+                sweep, paths, data, resume=resume, verbose=verbose, cluster_timeout_s=cluster_timeout_s, address=address
+            )
     except Exception as error:
         failure = store.failed_write(error, paths.root)
         if failure is None:
@@ -540,12 +450,21 @@ def _reporter(sweep: SweepConfig, paths: SweepPaths) -> Any:
     return Reporter(progress)
 
 
-def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool, verbose: bool = False) -> SweepOutcome:
+def _run(
+    sweep: SweepConfig,
+    paths: SweepPaths,
+    data: Any,
+    *,
+    resume: bool,
+    verbose: bool = False,
+    cluster_timeout_s: float = CLUSTER_TIMEOUT_S,
+    address: str | None = None,
+) -> SweepOutcome:
     import ray
 
     from tuner import export, tracking
 
-    check_shared_storage(paths)
+    check_shared_storage(paths, cluster_timeout_s)
     cluster = ray.cluster_resources()
     use_gpu = decide_gpu(sweep, cluster)
     planned = data
@@ -578,7 +497,7 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool, verb
     )
     # The report's slot count; only once the sweep (or its restore) is built: a refused
     # resume writes nothing.
-    store.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume)
+    store.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume, **joined(address))
     if getattr(planned, "record", None):  # a user's own data: what the export and a resume build on
         store.write_data_description(store.current(paths), planned.record)
     with (

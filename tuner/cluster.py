@@ -1,0 +1,163 @@
+"""Ray for a command: a local Ray of its own, or a cluster joined by address, and what a
+driver on a cluster needs before its trials start (the token, tuner shipped to the nodes,
+every node seeing the sweep folder). Light to import: Ray itself is imported inside.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from tuner import remote
+from tuner.errors import TunerError
+from tuner.store import SweepPaths, write_atomic
+
+# How long a command waits for a cluster to do what it asked (a job agent to take a job,
+# every node to run the storage check): --cluster-timeout. A loaded head took over a minute.
+CLUSTER_TIMEOUT_S = 300.0
+
+
+def start_ray(address: str | None, *, verbose: bool = False) -> bool:
+    """Join the cluster at ``address`` (or $RAY_ADDRESS), else start a local one.
+
+    Returns whether this process started Ray (and so must stop it). The dashboard
+    stays on, bound to 127.0.0.1: without it, stopped trials leak their CPUs.
+    """
+    import ray
+
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    # One snapshot per checkpoint is what resume needs; Tune warns about it every epoch.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    if ray.is_initialized():  # a caller (tests, notebooks) owns the connection
+        return False
+    if not verbose:  # Ray's notice that its token auth is on: not news on every run
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+        # MLflow's INFO lines (creating the store's tables, validating the model's input
+        # example) would break into the progress view; its warnings still show. MLflow
+        # sets its loggers' level from this variable when it is imported.
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # its bars when it logs the model
+        logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
+    address = address or os.environ.get("RAY_ADDRESS")
+    common = {"log_to_driver": verbose, "configure_logging": True, "logging_level": "INFO" if verbose else "WARNING"}
+    if address:
+        send_auth_token_if_any()
+        ray.init(address=address, runtime_env=_trial_modules(), **common)
+        return False
+    # "local": a Ray of our own, never one that `ray start` (or a crashed cluster, through
+    # its stale /tmp/ray/ray_current_cluster) left on this machine.
+    ray.init(address="local", include_dashboard=True, dashboard_host="127.0.0.1", **common)
+    return True
+
+
+def _trial_modules() -> dict[str, Any]:
+    """What a driver joining a cluster ships to its trials: tuner itself, for nodes that do
+    not have it installed. A job from ``tuner submit`` already ships it as its own
+    ``py_modules``, and Ray refuses a driver that names them again inside such a job."""
+    job = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")  # Ray sets it in a job's driver
+    if (job.get("runtime_env") or {}).get("py_modules"):
+        return {}
+    return {"py_modules": [str(Path(__file__).resolve().parent)]}
+
+
+def send_auth_token_if_any() -> None:
+    """Clusters started with ``ray start`` use token auth by default, but a client joining
+    one sends its token only in token mode: turn that on when a token is at hand.
+
+    Ray's own helper for this also refreshes its cached config, which setting
+    RAY_AUTH_MODE after ``import ray`` would not.
+    """
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    from ray._private.authentication.authentication_token_setup import (
+        maybe_enable_token_auth_if_token_available,
+    )
+
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def check_shared_storage(paths: SweepPaths, timeout_s: float = CLUSTER_TIMEOUT_S) -> None:
+    """On a cluster of several nodes, every node must see the sweep folder (Tune's trials
+    write their checkpoints there): a marker written here must be visible from each node.
+    A local disk of the driver's machine fails this at once, not at the first checkpoint."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [node for node in ray.nodes() if node["Alive"]]
+    if len(nodes) < 2:
+        return
+    note = b"written by the sweep's driver to check that every node sees this folder\n"
+    marker_name = f".tuner-visible-{os.getpid()}-{os.urandom(3).hex()}"
+    if paths.remote:  # every node needs the storage's package and credentials
+        marker = remote.join(paths.remote, marker_name)
+        remote.write_bytes(marker, note)
+    else:
+        marker = str(paths.root / marker_name)
+        write_atomic(Path(marker), note)
+
+    @ray.remote(num_cpus=0)
+    def sees(path: str) -> bool:
+        if "://" not in path:
+            return os.path.exists(path)
+        try:
+            import pyarrow.fs
+
+            fs, inner = pyarrow.fs.FileSystem.from_uri(path)
+            return fs.get_file_info(inner).type != pyarrow.fs.FileType.NotFound
+        except Exception:  # no package, no credentials, no route: this node cannot see it
+            return False
+
+    try:
+        seen = ray.get(
+            [
+                sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
+                    str(marker)
+                )
+                for node in nodes
+            ],
+            timeout=timeout_s,
+        )
+    finally:
+        if paths.remote:
+            remote.delete(marker)
+        else:
+            Path(marker).unlink(missing_ok=True)
+    blind = [node for node, ok in zip(nodes, seen, strict=True) if not ok]
+    if blind:
+        names = ", ".join(f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})" for node in blind)
+        where = remote.parent(paths.remote) if paths.remote else paths.root.parent
+        raise TunerError(
+            f"output_dir: {where} is not visible from {len(blind)} of the cluster's {len(nodes)} "
+            f"nodes ({names}); on a cluster of several machines put output_dir on storage every node reaches "
+            "(a shared mount such as NFS) - see docs/cluster.md"
+        )
+
+
+def joined(address: str | None) -> dict[str, str]:
+    """Where a command that joined a cluster runs, for the sweep's timeline (``status`` asks
+    the cluster later whether it is still there): the cluster's GCS address, and the job's
+    id when the driver runs as a Ray Job. Nothing for a local Ray of the command's own."""
+    import ray
+
+    if not (address or os.environ.get("RAY_ADDRESS")):
+        return {}
+    where = {"cluster": ray.get_runtime_context().gcs_address}
+    job = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
+    if (job.get("metadata") or {}).get("job_submission_id"):
+        where["job"] = job["metadata"]["job_submission_id"]
+    return where
+
+
+def answers(address: str, timeout_s: float = 2.0) -> bool:
+    """Whether anything listens at a cluster's ``host:port`` (its GCS) now."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError):
+        return False
+    return True
