@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -206,39 +209,181 @@ def venv_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_ADDRESS": "", **extra}
 
 
-@contextlib.contextmanager
-def ray_head(temp_dir: Path, num_cpus: int = 2):
-    """``ray start --head`` with its own temp dir and dashboard on 127.0.0.1; yields (GCS
-    address, dashboard URL). Stopped by killing the processes under its temp dir: never
-    another Ray on the machine."""
-    import shutil
+@dataclasses.dataclass
+class RayNode:
+    process: subprocess.Popen  # `ray start --block`: its process group holds the node's Ray processes
+    node_id: str
+    head: bool
 
-    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
-    port, dashboard = free_port(), free_port()
-    started = subprocess.run(
-        [
-            ray_bin,
-            "start",
-            "--head",
-            "--node-ip-address=127.0.0.1",
-            f"--port={port}",
-            f"--num-cpus={num_cpus}",
-            "--include-dashboard=true",
-            "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={dashboard}",
-            "--disable-usage-stats",
-            f"--temp-dir={temp_dir}",
-        ],
-        capture_output=True,
-        text=True,
-        env=venv_env(),
-        timeout=180,
-    )
+
+class RayStartCluster:
+    """A Ray cluster made as users make one on a machine: ``ray start --head --block`` and
+    ``ray start --block --address=...`` in separate processes, token auth on, the dashboard
+    on 127.0.0.1, every node in one temp dir (two ``ray start`` on one host share /tmp/ray
+    by default; here a folder of the test's own). Waits for real conditions (the dashboard
+    answering, a node registered or gone) under one limit, never a fixed sleep. Stops only
+    its own processes: each node's process group, by the ``ray start`` process's id, and the
+    job drivers it ran, by the process ids Ray reports for them."""
+
+    def __init__(self, temp_dir: Path, *, limit_s: float = 300.0):
+        self.temp_dir, self.limit_s = temp_dir, limit_s
+        self.token = os.urandom(32).hex()
+        self.nodes: list[RayNode] = []
+        self.port = self.dashboard_port = 0
+        self.ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """For every process of the cluster and every client of it: nodes, drivers, CLIs."""
+        return venv_env(
+            RAY_AUTH_MODE="token",
+            RAY_AUTH_TOKEN=self.token,
+            # A lost node is noticed within seconds, as in Ray's own node-loss tests.
+            RAY_health_check_period_ms="1000",
+            RAY_health_check_failure_threshold="5",
+        )
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def start_head(self, num_cpus: int = 1) -> RayNode:
+        self.port, self.dashboard_port = free_port(), free_port()
+        self.nodes = []
+        head = self._start(
+            [
+                "--head",
+                f"--port={self.port}",
+                f"--num-cpus={num_cpus}",
+                "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={self.dashboard_port}",
+            ],
+            head=True,
+        )
+        return head
+
+    def add_worker(self, num_cpus: int = 1) -> RayNode:
+        return self._start([f"--address={self.address}", f"--num-cpus={num_cpus}"], head=False)
+
+    def _start(self, args: list[str], *, head: bool) -> RayNode:
+        known = {node.node_id for node in self.nodes}
+        log = open(self.temp_dir / f"ray-start-{len(self.nodes)}-{time.time_ns()}.log", "w")  # noqa: SIM115
+        process = subprocess.Popen(
+            [
+                self.ray_bin,
+                "start",
+                "--block",
+                "--node-ip-address=127.0.0.1",
+                "--dashboard-agent-listen-port=0",
+                "--min-worker-port=0",
+                "--max-worker-port=0",
+                "--disable-usage-stats",
+                f"--temp-dir={self.temp_dir}",
+                *args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the node's Ray processes, killed together
+            env=self.env,
+        )
+        log.close()
+
+        def registered() -> str | None:
+            assert process.poll() is None, (
+                f"ray start exited {process.returncode}: {Path(log.name).read_text()[-3000:]}"
+            )
+            new = [n for n in self.alive_nodes() if n["node_id"] not in known and n["is_head_node"] == head]
+            return new[0]["node_id"] if new else None
+
+        node = RayNode(process, self.wait_for(registered, "the node to register"), head)
+        self.nodes.append(node)
+        return node
+
+    def wait_for(self, condition: Any, what: str) -> Any:
+        """``condition()``'s first truthy value, asked every half second within the cluster's limit."""
+        deadline = time.monotonic() + self.limit_s
+        while True:
+            value = condition()
+            if value:
+                return value
+            assert time.monotonic() < deadline, f"waited {self.limit_s:.0f} s for {what}"
+            time.sleep(0.5)
+
+    def api(self, path: str) -> Any:
+        """The dashboard's JSON at ``path`` (with the cluster's token), else None."""
+        import urllib.error
+        import urllib.request
+
+        request = urllib.request.Request(self.dashboard + path, headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return json.loads(answer.read())
+        except (OSError, ValueError):  # not up yet, restarting, gone
+            return None
+
+    def alive_nodes(self) -> list[dict[str, Any]]:
+        answer = self.api("/api/v0/nodes?limit=100")
+        nodes = answer["data"]["result"]["result"] if answer and answer.get("result") else []
+        return [node for node in nodes if node["state"] == "ALIVE"]
+
+    def kill(self, node: RayNode) -> None:
+        """SIGKILL every process of the node, as a lost machine: the ``ray start`` process's
+        session (raylet, GCS, agents, and the workers, which Ray puts in process groups of
+        their own). A job's driver has a session of its own: see ``job_driver_pids``."""
+        for pid in session_pids(node.process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        node.process.wait(timeout=60)
+        self.nodes.remove(node)
+        if not node.head:
+            self.wait_for(
+                lambda: node.node_id not in {n["node_id"] for n in self.alive_nodes()}, "Ray to see the node gone"
+            )
+
+    def job_driver_pids(self) -> list[int]:
+        """The process ids of the job drivers this cluster started (Ray reports them)."""
+        jobs = self.api("/api/jobs/") or []
+        return [int(job["driver_info"]["pid"]) for job in jobs if (job.get("driver_info") or {}).get("pid")]
+
+    def shutdown(self) -> None:
+        """Every node, head last, and any job driver still running (they outlive their node)."""
+        drivers = self.job_driver_pids() if self.nodes else []
+        for node in sorted(self.nodes, key=lambda n: n.head):
+            self.kill(node)
+        for pid in drivers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def session_pids(session: int) -> list[int]:
+    """The processes of a session (its leader's pid), from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[3]) == session:  # after the name: state, ppid, pgrp, session
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+@contextlib.contextmanager
+def ray_start_cluster(temp_dir: Path, *, head_cpus: int = 1, workers: int = 1, worker_cpus: int = 1):
+    """A head and ``workers`` worker nodes as separate ``ray start`` processes; stopped at the end."""
+    cluster = RayStartCluster(temp_dir)
     try:
-        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
-        yield f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}"
+        cluster.start_head(head_cpus)
+        for _ in range(workers):
+            cluster.add_worker(worker_cpus)
+        yield cluster
     finally:
-        kill_ray_under(temp_dir)
+        cluster.shutdown()
 
 
 PROBE_LEAKS = """
@@ -252,7 +397,7 @@ print("no leaks")
 """
 
 
-def assert_no_leaks_on(address: str) -> None:
+def assert_no_leaks_on(address: str, env: dict[str, str] | None = None) -> None:
     """assert_no_leaks from a fresh driver joined to the cluster at ``address`` (a client sends
     the cluster's token only in token mode)."""
     probe = PROBE_LEAKS.format(tests=str(Path(__file__).parent), address=address)
@@ -261,7 +406,7 @@ def assert_no_leaks_on(address: str) -> None:
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_ADDRESS": ""},
+        env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_ADDRESS": "", **(env or {})},
     )
     assert done.returncode == 0 and "no leaks" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
 
@@ -304,3 +449,16 @@ def s3_server(bucket: str = "tuner-test"):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def busy_cpus(count: int):
+    """``count`` processes spinning on a CPU each (a machine busy with other work), stopped
+    by their process ids at the end."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait(timeout=30)

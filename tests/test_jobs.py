@@ -1,9 +1,19 @@
-"""Sweeps as Ray Jobs on a cluster of our own (``ray start --head``): submit, follow, list,
-stop, and a stopped sweep resumed as a job."""
+"""Sweeps on a Ray cluster made as users make one: ``ray start --head`` and ``ray start
+--address`` as separate processes on this machine (token auth on, the dashboard on
+127.0.0.1, both nodes in one temp dir as ``ray start`` does by default). Sweeps submitted
+as Ray Jobs (and one joined by address): run to SUCCEEDED on both nodes, refused bad files,
+stopped and resumed, a worker node lost under a running trial, the head lost and the sweep
+resumed on a new cluster. One cluster serves the module; the head-loss test, last, replaces
+it. The trials' nodes come from tuner's own records: every epoch in ``history/`` names the
+Ray node of each rank.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,8 +21,10 @@ import pytest
 import yaml
 from integration_helpers import (
     assert_no_leaks_on,
+    busy_cpus,
+    free_port,
     mlflow_children,
-    ray_head,
+    ray_start_cluster,
     small_sweep,
     tuner_cli,
 )
@@ -23,12 +35,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    import tempfile
-
+def cluster():
     temp_dir = Path(tempfile.mkdtemp(prefix="trj", dir="/tmp"))  # short: socket paths
-    with ray_head(temp_dir, num_cpus=2) as (address, dashboard):
-        yield address, dashboard
+    with ray_start_cluster(temp_dir, head_cpus=1, workers=1) as started:
+        yield started
 
 
 def _file(tmp_path: Path, name: str, **sections) -> Path:
@@ -38,93 +48,293 @@ def _file(tmp_path: Path, name: str, **sections) -> Path:
     return path
 
 
+def _cli(cluster, *args: str, timeout: float = 900):
+    return tuner_cli(*args, timeout=timeout, env=cluster.env)
+
+
 def _job_id(stdout: str) -> str:
     first = stdout.splitlines()[0]
     assert first.startswith("submitted job "), stdout
     return first.split()[2]
 
 
+def _job_info(cluster, job_id: str):
+    """What Ray's own JobSubmissionClient says of the job (in a process in token mode)."""
+    probe = (
+        "import json\nfrom ray.job_submission import JobSubmissionClient\n"
+        f"info = JobSubmissionClient({cluster.dashboard!r}).get_job_info({job_id!r})\n"
+        "print(json.dumps({'status': str(info.status), 'exit': info.driver_exit_code}))\n"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=cluster.env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _nodes_per_epoch(root: Path) -> dict[str, list[str]]:
+    return {trial: [row["nodes"] for row in rows] for trial, rows in trial_histories(SweepPaths(root)).items()}
+
+
+def _wait_for_epochs(root: Path, at_least: int, trials: int, what: str, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        histories = trial_histories(SweepPaths(root)) if (root / "history").is_dir() else {}
+        if len(histories) >= trials and all(len(rows) >= at_least for rows in histories.values()):
+            return
+        assert time.monotonic() < deadline, f"{what}: no {at_least} epochs per trial in time ({histories})"
+        time.sleep(0.5)
+
+
+def _tune_saved_epochs(root: Path, at_least: int) -> dict[str, int] | None:
+    """Each trial's epochs in Tune's newest saved experiment state, once all have ``at_least``."""
+    states = sorted((root / "tune").glob("experiment_state-*.json"))
+    try:
+        trial_data = json.loads(states[-1].read_text())["trial_data"] if states else []
+    except ValueError:  # being rewritten
+        return None
+    saved = {}
+    for trial_json, runtime_json in trial_data:
+        last = json.loads(runtime_json)["last_result"]
+        saved[json.loads(trial_json)["trial_id"]] = int(last.get("training_iteration") or 0)
+    return saved if len(saved) == 2 and min(saved.values()) >= at_least else None
+
+
+def _worker(cluster):
+    [worker] = [node for node in cluster.nodes if not node.head]
+    return worker
+
+
+def _ensure_worker(cluster) -> None:
+    if not any(not node.head for node in cluster.nodes):
+        cluster.add_worker()
+
+
+def test_ray_still_deletes_a_jobs_working_dir_under_it_on_a_shared_host(cluster, tmp_path):
+    """The Ray bug tuner works around (tuner/shipped.py): on a host with two nodes in one temp
+    dir, the second node's runtime-env agent deletes and unpacks again a job's working_dir
+    when the driver's ray.init() starts the job, under the driver whose cwd it is. When this
+    test fails, Ray has fixed it and tuner's jobs could ship a working_dir again."""
+    folder = tmp_path / "wd"
+    folder.mkdir()
+    (folder / "unique.txt").write_text(os.urandom(8).hex())  # a package no node has unpacked yet
+    check = (
+        "import os, time, ray; cwd = os.getcwd(); ray.init(); time.sleep(3); "
+        "print('cwd after ray.init():', 'kept' if os.path.exists(cwd) and os.path.samefile(cwd, '.') else 'replaced')"
+    )
+    probe = (
+        "import sys, time\nfrom ray.job_submission import JobSubmissionClient\n"
+        f"jobs = JobSubmissionClient({cluster.dashboard!r})\n"
+        f"job = jobs.submit_job(entrypoint=sys.argv[1], runtime_env={{'working_dir': {str(folder)!r}}})\n"
+        "while not jobs.get_job_status(job).is_terminal(): time.sleep(0.5)\n"
+        "print(jobs.get_job_logs(job))\n"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", probe, f'python -c "{check}"'],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=cluster.env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "cwd after ray.init(): replaced" in done.stdout, (
+        "Ray no longer replaces a job's working_dir under its driver on a shared host: tuner's jobs could ship "
+        f"a working_dir again (tuner/shipped.py, docs/ray-notes.md). Job output: {done.stdout[-2000:]}"
+    )
+
+
 def test_a_bad_file_is_refused_here_and_nothing_is_submitted(cluster, tmp_path):
-    _, dashboard = cluster
     bad = _file(tmp_path, "bad", train={"epochs": 0})
-    refused = tuner_cli("submit", str(bad), "--address", dashboard)
+    refused = _cli(cluster, "submit", str(bad), "--address", cluster.dashboard)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     line = refused.stderr.strip()
     assert len(line.splitlines()) == 1 and "bad.yaml" in line and "train.epochs" in line, line
 
     relative = _file(tmp_path, "relative", output_dir="runs")
-    refused = tuner_cli("submit", str(relative), "--address", dashboard)
+    refused = _cli(cluster, "submit", str(relative), "--address", cluster.dashboard)
     assert refused.returncode == 2
     assert "output_dir" in refused.stderr and "'runs'" in refused.stderr, refused.stderr
 
-    listed = tuner_cli("jobs", "--address", dashboard)
+    listed = _cli(cluster, "jobs", "--address", cluster.dashboard)
     assert listed.returncode == 0, listed.stderr
     assert "bad" not in listed.stdout and "relative" not in listed.stdout, listed.stdout
 
 
-def test_a_submitted_sweep_runs_on_the_cluster_and_is_listed(cluster, tmp_path):
-    _, dashboard = cluster
-    sweep_file = _file(tmp_path, "viajob", train={"epochs": 1}, trials={"num_samples": 2})
-    submitted_at = time.time()
-    done = tuner_cli("submit", str(sweep_file), "--address", dashboard, "--follow")
+def test_a_submitted_sweep_runs_to_succeeded_with_every_trial_in_mlflow(cluster, tmp_path):
+    epochs = 2
+    sweep_file = _file(tmp_path, "viajob", train={"epochs": epochs}, trials={"num_samples": 2})
+    done = _cli(cluster, "submit", str(sweep_file), "--address", cluster.dashboard, "--follow")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "SUCCEEDED (exit code 0)" in done.stdout
-    root = tmp_path / "runs" / "viajob"
-    metrics = json.loads((root / "best" / "metrics.json").read_text())
-    assert metrics["test_accuracy"] > 0.5
-    first_start = min(event["time"] for event in read_timeline(SweepPaths(root)) if event["event"] == "start")
-    print(f"submit to first trial: {first_start - submitted_at:.1f} s")
+    job_id = _job_id(done.stdout)
+    assert f"job {job_id}: SUCCEEDED (exit code 0)" in done.stdout
+    assert _job_info(cluster, job_id) == {"status": "SUCCEEDED", "exit": 0}, "Ray's own client disagrees"
 
-    listed = tuner_cli("jobs", "--address", dashboard)
-    row = next(line for line in listed.stdout.splitlines() if _job_id(done.stdout) in line)
+    root = tmp_path / "runs" / "viajob"
+    assert json.loads((root / "best" / "metrics.json").read_text())["test_accuracy"] > 0.5
+    [run] = [event for event in read_timeline(SweepPaths(root)) if event["event"] == "run"]
+    assert run["job"] == job_id and run["cluster"].endswith(f":{cluster.port}"), run
+    nodes = _nodes_per_epoch(root)
+    # Short trials may all run in one reused trial process (docs/ray-notes.md): which nodes
+    # they used is the node-loss test's concern, which waits for a trial on the worker.
+    assert {node for trial in nodes.values() for node in trial} <= {node.node_id for node in cluster.nodes}, (
+        f"the trials ran on {nodes}, the cluster's nodes are {[n.node_id for n in cluster.nodes]}"
+    )
+    assert mlflow_children(root) == {trial: list(range(1, epochs + 1)) for trial in nodes}, "MLflow's curves"
+
+    listed = _cli(cluster, "jobs", "--address", cluster.dashboard)
+    row = next(line for line in listed.stdout.splitlines() if job_id in line)
     assert "SUCCEEDED" in row and str(root) in row, listed.stdout
 
 
+def test_a_sweep_joined_by_address_runs_on_the_cluster(cluster, tmp_path):
+    sweep_file = _file(tmp_path, "byaddress", train={"epochs": 1}, trials={"num_samples": 2})
+    done = _cli(cluster, "sweep", str(sweep_file), "--address", cluster.address)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    root = tmp_path / "runs" / "byaddress"
+    assert json.loads((root / "best" / "metrics.json").read_text())["test_accuracy"] > 0.3
+    used = {node for trial in _nodes_per_epoch(root).values() for node in trial}
+    assert used <= {node.node_id for node in cluster.nodes}, f"trials ran on {used}, not on the cluster's nodes"
+    [run] = [event for event in read_timeline(SweepPaths(root)) if event["event"] == "run"]
+    assert run["cluster"].endswith(f":{cluster.port}") and "job" not in run, run  # joined it, not as a job
+
+
 def test_a_stopped_job_saves_its_sweep_and_resubmitting_the_folder_finishes_it(cluster, tmp_path):
-    address, dashboard = cluster
-    epochs = 30
-    sweep_file = _file(tmp_path, "stopme", train={"epochs": epochs}, trials={"num_samples": 2})
-    submitted = tuner_cli("submit", str(sweep_file), "--address", dashboard)
+    epochs = 20  # far more than the 2 each trial has when the stop comes
+    sweep_file = _file(
+        tmp_path, "stopme", data={"train_subset": 1000}, train={"epochs": epochs}, trials={"num_samples": 2}
+    )
+    submitted = _cli(cluster, "submit", str(sweep_file), "--address", cluster.dashboard)
     assert submitted.returncode == 0, submitted.stderr
     job_id = _job_id(submitted.stdout)
     root = tmp_path / "runs" / "stopme"
-    deadline = time.monotonic() + 300
-    while sum(len(p.read_text().splitlines()) for p in root.glob("history/*.jsonl")) < 4:
-        assert time.monotonic() < deadline, "the job reported no epochs in time"
-        time.sleep(0.5)
+    _wait_for_epochs(root, 2, 2, "the job")
 
-    stopped = tuner_cli("stop", job_id, "--address", dashboard)
+    stopped = _cli(cluster, "stop", job_id, "--address", cluster.dashboard)
     assert stopped.returncode == 0, stopped.stderr
     assert f"job {job_id}: STOPPED" in stopped.stdout
-    status = tuner_cli("status", str(root))
+    status = _cli(cluster, "status", str(root))
     assert "finished" not in status.stdout and not (root / "best").exists(), status.stdout
     before = {trial: len(rows) for trial, rows in trial_histories(SweepPaths(root)).items()}
     assert all(0 < count < epochs for count in before.values()), before
 
-    resumed = tuner_cli("submit", str(root), "--address", dashboard, "--follow")
+    resumed = _cli(cluster, "submit", str(root), "--address", cluster.dashboard, "--follow")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "python -m tuner resume" in resumed.stdout.splitlines()[0]
+    assert "python -P -m tuner resume" in resumed.stdout.splitlines()[0]
     for trial, rows in trial_histories(SweepPaths(root)).items():
         assert [row["epoch"] for row in rows] == list(range(1, epochs + 1)), trial  # continued, none repeated
     assert sorted(len(steps) for steps in mlflow_children(root).values()) == [epochs, epochs]
     assert (root / "best" / "metrics.json").is_file()
-    assert_no_leaks_on(address)
 
 
 def test_stop_names_an_unknown_job_in_one_line(cluster):
-    _, dashboard = cluster
-    refused = tuner_cli("stop", "tuner-nope-1", "--address", dashboard)
+    refused = _cli(cluster, "stop", "tuner-nope-1", "--address", cluster.dashboard)
     assert refused.returncode == 2
     assert "no job 'tuner-nope-1'" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
 
 
+def test_a_lost_worker_node_restarts_its_trial_from_its_checkpoint_and_the_job_succeeds(cluster, tmp_path):
+    _ensure_worker(cluster)
+    epochs = 12  # long enough that the second trial's process is up before the first trial ends
+    sweep_file = _file(
+        tmp_path,
+        "lossy",
+        data={"train_subset": 1500},
+        train={"epochs": epochs},
+        trials={"num_samples": 2, "max_failures": 1},
+    )
+    submitted = _cli(cluster, "submit", str(sweep_file), "--address", cluster.dashboard)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = _job_id(submitted.stdout)
+    root = tmp_path / "runs" / "lossy"
+    worker = _worker(cluster)
+
+    def a_trial_on_the_worker_with_2_epochs() -> str | None:
+        for trial, nodes in _nodes_per_epoch(root).items() if (root / "history").is_dir() else []:
+            if len(nodes) >= 2 and nodes[-1] == worker.node_id:
+                return trial
+        return None
+
+    trial = cluster.wait_for(a_trial_on_the_worker_with_2_epochs, "a trial on the worker node to report 2 epochs")
+    cluster.kill(worker)  # SIGKILL: raylet, workers and all, mid-epoch
+    reported = len(trial_histories(SweepPaths(root))[trial])
+    cluster.add_worker()  # room for the retry, as an autoscaler would bring
+
+    follow = _cli(cluster, "jobs", "--address", cluster.dashboard)
+    assert job_id in follow.stdout, follow.stdout
+    cluster.wait_for(lambda: _job_info(cluster, job_id)["status"] in ("SUCCEEDED", "FAILED", "STOPPED"), "the job")
+    assert _job_info(cluster, job_id) == {"status": "SUCCEEDED", "exit": 0}
+
+    rows = trial_histories(SweepPaths(root))[trial]
+    assert [row["epoch"] for row in rows] == list(range(1, epochs + 1)), "epochs repeated or lost"
+    restarted = rows[reported:]
+    assert restarted and all(row["nodes"] != worker.node_id for row in restarted), "it ran again on the lost node"
+    assert restarted[0]["resumed_from"] == trial, "the restart did not load the trial's own checkpoint"
+    print(f"lost the worker after epoch {reported}; epoch {restarted[0]['epoch']} ran on {restarted[0]['nodes'][:8]}")
+    steps = mlflow_children(root)  # one MLflow run per trial (it asserts no duplicate)
+    assert steps == {t: [r["epoch"] for r in rs] for t, rs in trial_histories(SweepPaths(root)).items()}
+    assert steps[trial] == list(range(1, epochs + 1))
+    assert_no_leaks_on(cluster.address, env=cluster.env)
+
+
+def test_a_lost_head_is_named_by_jobs_and_status_and_the_sweep_resumes_on_a_new_cluster(cluster, tmp_path):
+    """Last: it replaces the module's cluster. The new cluster starts under load, and the
+    sweep is submitted to it at once: submit waits for its job agent, however slow."""
+    _ensure_worker(cluster)
+    epochs = 20  # far more than the 2 each trial has when the head is lost
+    sweep_file = _file(
+        tmp_path, "headless", data={"train_subset": 1000}, train={"epochs": epochs}, trials={"num_samples": 2}
+    )
+    submitted = _cli(cluster, "submit", str(sweep_file), "--address", cluster.dashboard)
+    assert submitted.returncode == 0, submitted.stderr
+    root = tmp_path / "runs" / "headless"
+    # Tune restores each trial from the checkpoint its saved state names; it saves that
+    # state every 10 s or more, so wait until it holds 2 epochs of each trial.
+    saved = cluster.wait_for(lambda: _tune_saved_epochs(root, at_least=2), "Tune to save 2 epochs of each trial")
+
+    old_dashboard, old_address = cluster.dashboard, cluster.address
+    drivers = cluster.job_driver_pids()
+    cluster.kill(next(node for node in cluster.nodes if node.head))  # the head's machine is gone ...
+    for pid in drivers:  # ... with the job's driver on it
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for node in list(cluster.nodes):  # a worker node without its head is of no use
+        cluster.kill(node)
+    before = {trial: len(rows) for trial, rows in trial_histories(SweepPaths(root)).items()}
+    assert all(0 < count < epochs for count in before.values()), before
+
+    jobs = _cli(cluster, "jobs", "--address", old_dashboard)
+    assert jobs.returncode == 2 and len(jobs.stderr.strip().splitlines()) == 1, jobs.stdout + jobs.stderr
+    assert old_dashboard in jobs.stderr and "resume" in jobs.stderr, jobs.stderr
+    status = _cli(cluster, "status", str(root))
+    assert status.returncode == 0, status.stderr
+    port = old_address.rsplit(":", 1)[1]  # the driver records the address Ray resolved, maybe not 127.0.0.1
+    [gone] = [line for line in status.stdout.splitlines() if f":{port} does not answer" in line]
+    assert f"resume {root}" in gone, status.stdout
+
+    with busy_cpus(2):  # a loaded machine: the new head's job agent comes up late
+        cluster.start_head(1)
+        cluster.add_worker(1)
+        resumed = _cli(
+            cluster, "submit", str(root), "--address", cluster.dashboard, "--follow", "--cluster-timeout", "600"
+        )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    for trial, rows in trial_histories(SweepPaths(root)).items():
+        assert [row["epoch"] for row in rows] == list(range(1, epochs + 1)), trial  # continued, none repeated
+        resumed = [row["epoch"] for row in rows if row["resumed_from"] == trial]
+        # From the checkpoint Tune's saved state named (it may have saved a later one since).
+        assert resumed and saved[trial] < resumed[0] <= before[trial] + 1, (trial, saved, before, resumed)
+    assert mlflow_children(root) == {trial: list(range(1, epochs + 1)) for trial in before}
+    assert (root / "best" / "metrics.json").is_file()
+    assert_no_leaks_on(cluster.address, env=cluster.env)
+
+
 def test_an_unreachable_dashboard_is_one_line():
-    refused = tuner_cli("jobs", "--address", f"http://127.0.0.1:{_closed_port()}")
+    refused = tuner_cli("jobs", "--address", f"http://127.0.0.1:{free_port()}")  # bound, released: nothing there
     assert refused.returncode == 2
-    assert "cannot reach the Ray dashboard" in refused.stderr, refused.stderr
-
-
-def _closed_port() -> int:
-    from integration_helpers import free_port
-
-    return free_port()  # bound then released: nothing listens there
+    assert "cannot reach the Ray dashboard" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
