@@ -362,11 +362,34 @@ def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has closed it."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):  # not a file (a test's capture)
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a reader gone away is met here, not in Python's flush at exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_reader_gone():  # another pipe (a server's, a child's): not this one
+            raise
+        # ``tuner best runs/x | head -2``: the reader has what it wanted. Exit quietly, as
+        # ``git log | head`` does; what is still buffered for stdout goes to os.devnull.
+        from tuner.progress import quiet_stdout
+
+        quiet_stdout()
+        return 0
     except TunerError as error:
         if args.debug:
             raise

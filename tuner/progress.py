@@ -7,10 +7,14 @@ estimate of what is left. Anywhere else (CI, a log file, a Ray Job) one plain li
 event: a trial started, an epoch, a trial stopped early, finished or errored, the best
 changed. Everything is read from Tune's own trial objects in a driver callback, so a
 resumed sweep shows its restored trials too.
+
+A reader that goes away (``tuner sweep ... | head``) never stops a sweep: its records are
+the point. The output just goes quiet, and the sweep runs to its end.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -168,6 +172,7 @@ class Reporter:
         self.stream = stream or sys.stdout
         self.live_mode = self.stream.isatty() if live is None else live
         self._live: Any = None
+        self.reader_gone = False  # the stream's reader went away: nothing more is written
 
     def __enter__(self) -> Reporter:
         _SHOWING.append(self)
@@ -196,9 +201,9 @@ class Reporter:
     def say(self, line: str) -> None:
         if self._live is not None:
             self._live.console.print(line, markup=False, highlight=False)  # above the view
-        else:
+        elif not self.reader_gone:
             stamp = _duration(time.monotonic() - self.progress.started)
-            print(f"[{stamp:>7}] {line}", file=self.stream, flush=True)
+            self.reader_gone = not show(f"[{stamp:>7}] {line}", self.stream)
 
     # --- Tune callback hooks (through make_callback) --------------------------------------------
     def started(self, trials: list[Any], trial: Any) -> None:
@@ -229,6 +234,34 @@ class Reporter:
             self.say(f"trial {trial.trial_id} finished: {epoch} epochs")
         else:
             self.say(f"trial {trial.trial_id} stopped early after epoch {epoch} by the scheduler")
+
+
+def show(text: str, stream: TextIO | None = None) -> bool:
+    """Print ``text`` and flush it; False when the reader has gone away (a closed pipe).
+
+    A sweep's output is never worth its records: the sweep goes on, and stdout is pointed
+    at os.devnull so that no later print (nor Python's flush at exit) fails either."""
+    stream = stream or sys.stdout
+    try:
+        print(text, file=stream, flush=True)
+    except BrokenPipeError:
+        if stream is sys.stdout:
+            quiet_stdout()
+        return False
+    return True
+
+
+def quiet_stdout() -> None:
+    """Send what is still to be written to stdout to os.devnull (its reader has gone)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # not a file (a test's capture): nothing to point
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 _SHOWING: list[Reporter] = []  # the reporter of the sweep this driver runs now

@@ -32,6 +32,7 @@ from tuner import remote, store
 from tuner.config import SweepConfig
 from tuner.data import TrainingData
 from tuner.errors import TunerError
+from tuner.progress import show
 from tuner.store import SweepLock, SweepPaths, claim_new, release_unused, write_atomic
 
 DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation for the trial driver process
@@ -334,7 +335,7 @@ def _stop_cleanly_on_ctrl_c():
             return
         interrupted.set()
         what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        print(f"\n{what}: stopping the trials and saving the sweep's state (Ctrl-C again to abort)", flush=True)
+        show(f"\n{what}: stopping the trials and saving the sweep's state (Ctrl-C again to abort)")
         # Tune's own words from here on (Tuner.restore advice, no metrics for the trials
         # that never started) mislead: tuner's last line says how to resume.
         for logger in quieted:
@@ -479,7 +480,7 @@ def _check_resumable(sweep: SweepConfig, paths: SweepPaths) -> None:
     store.read_mlflow_state(paths)
     store.trial_histories(paths)
     for state in store.recover_state(paths):
-        print(f"{state}: was cut short (a full disk?); put back tuner's last whole copy of it", flush=True)
+        show(f"{state}: was cut short (a full disk?); put back tuner's last whole copy of it")
     if not can_resume(paths):
         raise TunerError(f"{paths.where}: no Tune experiment state to resume in {paths.tune_uri}")
     analysis(sweep, paths)
@@ -561,9 +562,10 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool, verb
     slots = concurrent_trials(sweep, cluster, use_gpu, data_cpus=data_cpus)
     if data_cpus:
         held += f"; {data_cpus} CPU(s) kept free of trials for its tasks"
-    print(describe(sweep, slots, use_gpu, data, paths, held), flush=True)
+    # A reader gone away (``| head``) does not stop the sweep: show() goes quiet instead.
+    show(describe(sweep, slots, use_gpu, data, paths, held))
     for line in [] if resume else _earlier_run_note(sweep, paths):
-        print(line, flush=True)
+        show(line)
     data_ref = ray.put(data)
     reporter = _reporter(sweep, paths)
     tuner = build_tuner(
