@@ -1,5 +1,5 @@
-"""The command line on made-up sweep folders (no Ray): a reader that goes away (``| head``)
-ends a command quietly."""
+"""The command line on made-up sweep folders (no Ray): what ``status`` counts, and a
+reader that goes away (``| head``) ending a command quietly."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from tuner.cli import main
 from tuner.config import SweepConfig
 from tuner.store import SweepPaths, append_history
 
@@ -41,6 +42,23 @@ def _made_up_folder(tmp_path: Path, trials: list[tuple[str, int]], num_samples: 
             append_history(paths, trial_id, {"training_iteration": epoch, "val_accuracy": 0.9 + index / 1000})
     (paths.tune / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps({"trial_data": saved}))
     return paths.root
+
+
+def test_status_after_a_resume_counts_only_the_trials_that_started(tmp_path, capsys):
+    """Tune saves the trials a stopped sweep had not started as PENDING: not started."""
+    trials = [("TERMINATED", 3), ("TERMINATED", 1), ("TERMINATED", 3), ("PENDING", 0), ("PENDING", 0)]
+    folder = _made_up_folder(tmp_path, trials, num_samples=6)  # the searcher had not made the sixth yet
+    assert main(["status", str(folder)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "sweep mnist_asha: 3 of 6 trial(s) started (3 pending); maximise val_accuracy"
+    assert sum(line.split()[1:2] == ["pending"] for line in lines[2:7]) == 2  # listed: the five Tune saved
+    assert lines[7] == "  2 finished, 2 pending, 1 stopped_early"
+
+
+def test_status_of_a_sweep_with_every_trial_started_names_no_pending(tmp_path, capsys):
+    folder = _made_up_folder(tmp_path, [("TERMINATED", 3), ("TERMINATED", 1)], num_samples=2)
+    assert main(["status", str(folder)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "sweep mnist_asha: 2 of 2 trial(s) started; maximise val_accuracy"
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):

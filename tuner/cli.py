@@ -190,9 +190,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     sweep, paths = open_sweep(args.folder)
     summaries = trial_summaries(sweep, paths)
+    # Tune lists a trial before it starts (and a resumed sweep's unstarted ones as pending);
+    # the searcher has not made the rest yet: pending too.
+    started = sum(trial.status != "pending" for trial in summaries)
+    pending = max(0, sweep.total_trials - started)
     print(
-        f"sweep {sweep.name}: {len(summaries)} of {sweep.total_trials} trial(s) started; {sweep.mode}imise "
-        f"{sweep.metric}"
+        f"sweep {sweep.name}: {started} of {sweep.total_trials} trial(s) started"
+        f"{f' ({pending} pending)' if pending else ''}; {sweep.mode}imise {sweep.metric}"
     )
     print(f"{'trial':<14}{'status':<15}{'epochs':>7}{'best ' + sweep.metric:>20}{'at epoch':>10}")
     for trial in summaries:
