@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from types import SimpleNamespace
+
+import pytest
 
 from tuner.progress import _SHOWING, Progress, Reporter, make_callback
 from tuner.store import BestEpoch
@@ -182,3 +185,31 @@ def test_a_sweep_line_on_a_closed_stdout_goes_to_devnull_and_nothing_fails_at_ex
     stderr = process.stderr.read().decode()
     process.wait(timeout=60)
     assert process.returncode == 0 and stderr == ""
+
+
+def test_after_ctrl_c_the_time_left_counts_the_interrupted_and_pending_trials_epochs():
+    """Tune marks the trials Ctrl-C stopped TERMINATED; what is left is what a resume runs."""
+    progress = _progress()  # 3 trials of 3 epochs
+    a, b, c = _trial("a_00000", 0.002), _trial("b_00001", 0.001), _trial("c_00002", 0.003, "PENDING")
+    progress.observe([a, b, c])
+    b.status, b.last_result = "TERMINATED", {"training_iteration": 1, "val_accuracy": 0.8}
+    progress.completed.add(b.trial_id)  # the scheduler stopped b, and said so
+    a.last_result = {"training_iteration": 2, "val_accuracy": 0.9}
+    for trial in (a, c):  # Ctrl-C: Tune ends the rest without a callback
+        trial.status = "TERMINATED"
+    progress.epochs_seen, progress.first_epoch_at = 3, progress.started  # 3 epochs in the run so far
+    assert [progress.state(t) for t in (a, b, c)] == ["interrupted", "stopped early", "pending"]
+    progress.first_epoch_at -= 10  # 5 s per epoch; a's third epoch and c's three: 20 s left
+    assert progress.seconds_left() == pytest.approx(20, abs=1)
+    line = progress.summary_line()
+    assert re.search(r"\| 1 interrupted \| \d+s, at most ~(20|21)s left$", line), line
+
+
+def test_a_fast_sweep_stopped_with_trials_to_run_never_shows_0s_left():
+    progress = _progress()
+    a = _trial("a_00000", 0.002, "TERMINATED", 1, 0.9)
+    progress.unended.add(a.trial_id)  # seen running, ended by Ctrl-C
+    progress.observe([a])
+    progress.epochs_seen, progress.first_epoch_at = 2, time.monotonic()  # epochs of a millisecond
+    assert 0 < progress.seconds_left() < 1
+    assert progress.summary_line().endswith(", at most ~1s left")

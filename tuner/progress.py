@@ -14,6 +14,7 @@ the point. The output just goes quiet, and the sweep runs to its end.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -107,11 +108,13 @@ class Progress:
 
     def seconds_left(self) -> float | None:
         """Epochs still to run at the pace of this command's epochs so far (an upper bound
-        when a scheduler stops trials early)."""
+        when a scheduler stops trials early). After Ctrl-C, Tune marks the trials it stopped
+        TERMINATED: interrupted and pending ones still count, as a resume would run them."""
         if not self.first_epoch_at or self.epochs_seen < 2:
             return None
         pace = (time.monotonic() - self.first_epoch_at) / (self.epochs_seen - 1)
-        left = sum(self.max_epochs - _epoch(t) for t in self.trials if t.status not in ENDED)
+        to_run = ("running", "interrupted", "pending")
+        left = sum(self.max_epochs - _epoch(t) for t in self.trials if self.state(t) in to_run)
         left += max(0, self.total_trials - len(self.trials)) * self.max_epochs
         return left * pace  # pace: wall seconds per epoch, all trials at once
 
@@ -130,7 +133,7 @@ class Progress:
         line += f" | {_duration(time.monotonic() - self.started)}"
         left = self.seconds_left()
         if left is not None and done < self.total_trials:
-            line += f", at most ~{_duration(left)} left"
+            line += f", at most ~{_duration(math.ceil(left))} left"  # an upper bound: rounded up
         return line
 
     def best_line(self) -> str:
