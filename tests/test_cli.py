@@ -77,3 +77,24 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     assert first.startswith(b"sweep mnist_asha: ")
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr and stderr == ""
+
+
+def test_a_data_path_that_is_not_a_folder_is_one_line_naming_the_sweep_file_and_line(tmp_path):
+    """Found when the data are planned, after validation, and said as validation says it."""
+    sweep_file = tmp_path / "mine.yaml"
+    sweep_file.write_text(
+        f"name: mine\noutput_dir: {tmp_path / 'runs'}\ndata:\n  dataset: image_folder\n  channels: 1\n"
+        f"  path: {tmp_path / 'nowhere'}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tuner", "sweep", str(sweep_file)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        f"tuner: error: {sweep_file}:6: data.path: {tmp_path / 'nowhere'} is not a folder"
+    ]
+    assert not (tmp_path / "runs").exists()  # refused before a folder is made

@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -295,6 +296,9 @@ class SweepConfig(Strict):
     scaling: ScalingConfig = ScalingConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     tracking: TrackingConfig = TrackingConfig()
+    # The file it was read from and the line of every key: for the errors found after
+    # validation, when the data are planned (a data.path that is not a folder).
+    _origin: LoadedYaml | None = PrivateAttr(default=None)
 
     @field_validator("output_dir")
     @classmethod
@@ -326,6 +330,14 @@ class SweepConfig(Strict):
     @property
     def max_epochs(self) -> int:
         return self.train.epochs
+
+    def locate(self, error: ConfigError) -> ConfigError:
+        """``error``, about a field of this config (``data.path: ...``), naming the file and
+        line the field was read from, as validation's errors do; as it was when that is unknown."""
+        origin = getattr(self, "_origin", None)  # None: built in code, or unpickled from before
+        if error.file is not None or origin is None:
+            return error
+        return ConfigError(error.reason, file=origin.file, line=_line_of_message(error.reason, origin))
 
     @property
     def total_trials(self) -> int:
@@ -555,9 +567,11 @@ def _smoke_fit(data: dict[str, Any]) -> None:
 
 def validate(data: dict[str, Any], loaded: LoadedYaml) -> SweepConfig:
     try:
-        return SweepConfig.model_validate(data, strict=True)  # YAML types as written: no "3" -> 3
+        sweep = SweepConfig.model_validate(data, strict=True)  # YAML types as written: no "3" -> 3
     except ValidationError as error:
         raise _to_config_error(error, data, loaded) from None
+    sweep._origin = loaded
+    return sweep
 
 
 def _to_config_error(error: ValidationError, data: Any, loaded: LoadedYaml) -> ConfigError:

@@ -31,7 +31,7 @@ import yaml
 from tuner import remote, store
 from tuner.config import SweepConfig
 from tuner.data import TrainingData
-from tuner.errors import TunerError
+from tuner.errors import ConfigError, TunerError
 from tuner.progress import show
 from tuner.store import SweepLock, SweepPaths, claim_new, release_unused, write_atomic
 
@@ -418,10 +418,14 @@ def _claim(sweep: SweepConfig) -> SweepPaths:
 
 
 def _load_data(sweep: SweepConfig) -> Any:
-    """A built-in set, read; a user's own files, listed and checked (decoded once Ray runs)."""
+    """A built-in set, read; a user's own files, listed and checked (decoded once Ray runs).
+    An error about the data section names the sweep file and line, as validation's do."""
     from tuner.data import plan_data
 
-    return plan_data(sweep.data, seed=sweep.seed)
+    try:
+        return plan_data(sweep.data, seed=sweep.seed)
+    except ConfigError as error:
+        raise sweep.locate(error) from None
 
 
 def _smallest_object_store() -> float:
