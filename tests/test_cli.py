@@ -98,3 +98,21 @@ def test_a_data_path_that_is_not_a_folder_is_one_line_naming_the_sweep_file_and_
         f"tuner: error: {sweep_file}:6: data.path: {tmp_path / 'nowhere'} is not a folder"
     ]
     assert not (tmp_path / "runs").exists()  # refused before a folder is made
+
+
+def test_the_outcome_of_a_smoke_run_says_its_model_was_logged_not_registered(tmp_path, capsys):
+    from tuner.cli import _print_outcome
+    from tuner.config import load_sweep
+
+    sweep = load_sweep("mnist_asha", [f"output_dir={tmp_path}"], smoke=True)
+    paths = SweepPaths(tmp_path / "mnist_asha")
+    paths.best.mkdir(parents=True)
+    (paths.best / "config.yaml").write_text(yaml.safe_dump({"hyperparameters": {"lr": 0.002}}))
+    metrics = {"trial_id": "a1b2c_00000", "epoch": 2, "val_accuracy": 0.9, "test_accuracy": 0.88, "test_images": 10}
+    _print_outcome(sweep, metrics, paths, smoke=True)  # no model_version: finish() registered nothing
+    lines = capsys.readouterr().out.splitlines()
+    assert (
+        f"  MLflow: sqlite:///{tmp_path / 'mlflow.db'}, model logged on the sweep's run, not registered (a --smoke run)"
+        in lines
+    )
+    assert not any("registered model" in line for line in lines)

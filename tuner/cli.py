@@ -29,7 +29,9 @@ def _add_sweep_file(parser: argparse.ArgumentParser) -> None:
         help="override a field, e.g. --set trials.num_samples=8 (repeatable)",
     )
     parser.add_argument(
-        "--smoke", action="store_true", help="tiny run for checking a file: 2000 images, 2 epochs, 2 trials"
+        "--smoke",
+        action="store_true",
+        help="tiny run for checking a file: 2000 images, 2 epochs, 2 trials; its model is not registered",
     )
 
 
@@ -133,7 +135,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     sweep = _load(args)
     outcome = run_sweep(sweep, address=args.address, verbose=args.verbose)
-    _print_outcome(sweep, outcome.best, outcome.paths)
+    _print_outcome(sweep, outcome.best, outcome.paths, smoke=args.smoke)
     return 0
 
 
@@ -322,7 +324,7 @@ def _best_where(paths: Any) -> str:
     return join(paths.remote, "best") if paths.remote else str(paths.best)
 
 
-def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any) -> None:
+def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bool = False) -> None:
     best = paths.best
     print(
         f"\nbest trial {metrics['trial_id']} at epoch {metrics['epoch']}: "
@@ -339,6 +341,11 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any) -> None:
             f"  MLflow: {tracking_uri(sweep)}, registered model "
             f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
         )
+    elif sweep.tracking.mlflow.enabled and not sweep.tracking.mlflow.register:
+        from tuner.tracking import tracking_uri
+
+        why = "a --smoke run" if smoke else "tracking.mlflow.register: false"
+        print(f"  MLflow: {tracking_uri(sweep)}, model logged on the sweep's run, not registered ({why})")
     where = paths.where if paths.remote else _shown(paths.root)
     print(f"  look further: python -m tuner report {where}   (plots of the sweep in one HTML page)")
     if not paths.remote:

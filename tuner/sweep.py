@@ -604,5 +604,7 @@ def _run(sweep: SweepConfig, paths: SweepPaths, data: Any, *, resume: bool, verb
     exported = export.export_best(sweep, paths, results, to=paths.best, overwrite=True)
     if sweep.tracking.mlflow.enabled:
         record = tracking.SweepRecord(sweep, paths)
-        exported.metrics["model_version"] = record.finish(exported.metrics, paths.best, exported)
+        version = record.finish(exported.metrics, paths.best, exported)
+        if version is not None:  # None: not registered (tracking.mlflow.register: false)
+            exported.metrics["model_version"] = version
     return SweepOutcome(paths, results, exported.metrics)
