@@ -77,6 +77,15 @@ def test_smoke_overrides_come_before_the_users_own():
     assert "trials.num_samples=2" in SMOKE_OVERRIDES
 
 
+def test_a_smoke_runs_model_is_not_registered_and_register_is_validated(tmp_path):
+    """A --smoke model must not pass for a version of the real one (tracking.mlflow.register)."""
+    assert load_sweep("mnist_asha").tracking.mlflow.register is True
+    assert load_sweep("mnist_asha", smoke=True).tracking.mlflow.register is False
+    path = write(tmp_path, "tracking:\n  mlflow:\n    register: 'no'\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml:3: tracking\.mlflow\.register: input should be a valid boolean"):
+        load_sweep(str(path))
+
+
 # --- finding the file -----------------------------------------------------------------------
 def test_a_bare_name_resolves_to_the_experiments_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing called mnist_asha here

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from types import SimpleNamespace
+
+import pytest
 
 from tuner.progress import _SHOWING, Progress, Reporter, make_callback
 from tuner.store import BestEpoch
@@ -128,3 +131,85 @@ def test_a_sweep_stopped_by_ctrl_c_counts_its_trials_interrupted_and_pending_not
             trial.status = "TERMINATED"
     last = stream.getvalue().splitlines()[-1]
     assert re.sub(r"^\[\s*\d+s\] ", "", last).startswith("mnist_asha 1/3 done: 1 stopped early | 1 interrupted | ")
+
+
+class _ClosedPipe(io.StringIO):
+    """A stream whose reader has gone away (``tuner sweep ... | head``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tries = 0
+
+    def write(self, text: str) -> int:
+        self.tries += 1
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_reader_that_goes_away_quiets_the_progress_but_never_stops_the_sweep():
+    stream = _ClosedPipe()
+    a = _trial("a_00000", 0.002)
+    callback = make_callback()
+    with Reporter(_progress(), stream=stream, live=False) as reporter:
+        callback.on_trial_start(0, [a], a)  # the first line meets the closed pipe
+        for epoch, value in ((1, 0.9), (2, 0.95), (3, 0.94)):
+            a.last_result = {"training_iteration": epoch, "val_accuracy": value}
+            callback.on_trial_result(0, [a], a, a.last_result)
+        a.status = "TERMINATED"
+        callback.on_trial_complete(0, [a], a)
+    assert stream.tries == 1  # quiet from then on: no write tried again
+    assert reporter.reader_gone
+    # The sweep's own bookkeeping went on: the best, the counts.
+    assert reporter.progress.best_line() == "best so far: a_00000 val_accuracy=0.9500 at epoch 2 (lr=0.002)"
+    assert reporter.progress.counts()["finished"] == 1
+
+
+def test_a_sweep_line_on_a_closed_stdout_goes_to_devnull_and_nothing_fails_at_exit():
+    """What sweep.py prints (the plan, notes) through show(): after the reader has gone,
+    later prints and Python's flush at exit go to os.devnull, not to a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from tuner.progress import show\n"
+        "shown = [show('x' * 99) for _ in range(5000)]\n"  # 500 KB: more than a pipe holds
+        "print('the outcome, after the reader has gone')\n"
+        "sys.exit(0 if not all(shown) else 3)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ
+    )
+    assert process.stdout.readline() == b"x" * 99 + b"\n"
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    process.wait(timeout=60)
+    assert process.returncode == 0 and stderr == ""
+
+
+def test_after_ctrl_c_the_time_left_counts_the_interrupted_and_pending_trials_epochs():
+    """Tune marks the trials Ctrl-C stopped TERMINATED; what is left is what a resume runs."""
+    progress = _progress()  # 3 trials of 3 epochs
+    a, b, c = _trial("a_00000", 0.002), _trial("b_00001", 0.001), _trial("c_00002", 0.003, "PENDING")
+    progress.observe([a, b, c])
+    b.status, b.last_result = "TERMINATED", {"training_iteration": 1, "val_accuracy": 0.8}
+    progress.completed.add(b.trial_id)  # the scheduler stopped b, and said so
+    a.last_result = {"training_iteration": 2, "val_accuracy": 0.9}
+    for trial in (a, c):  # Ctrl-C: Tune ends the rest without a callback
+        trial.status = "TERMINATED"
+    progress.epochs_seen, progress.first_epoch_at = 3, progress.started  # 3 epochs in the run so far
+    assert [progress.state(t) for t in (a, b, c)] == ["interrupted", "stopped early", "pending"]
+    progress.first_epoch_at -= 10  # 5 s per epoch; a's third epoch and c's three: 20 s left
+    assert progress.seconds_left() == pytest.approx(20, abs=1)
+    line = progress.summary_line()
+    assert re.search(r"\| 1 interrupted \| \d+s, at most ~(20|21)s left$", line), line
+
+
+def test_a_fast_sweep_stopped_with_trials_to_run_never_shows_0s_left():
+    progress = _progress()
+    a = _trial("a_00000", 0.002, "TERMINATED", 1, 0.9)
+    progress.unended.add(a.trial_id)  # seen running, ended by Ctrl-C
+    progress.observe([a])
+    progress.epochs_seen, progress.first_epoch_at = 2, time.monotonic()  # epochs of a millisecond
+    assert 0 < progress.seconds_left() < 1
+    assert progress.summary_line().endswith(", at most ~1s left")

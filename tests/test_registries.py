@@ -299,3 +299,31 @@ def test_searcher_contract_suggests_inside_the_space(name):
 @pytest.mark.parametrize("name", MODEL_BASED)
 def test_searcher_is_seeded_by_the_sweep(name):
     assert suggestions(name, 2) == suggestions(name, 2)
+
+
+def first_points(sweep: SweepConfig, storage: str, count: int = 4) -> list[dict[str, Any]]:
+    """The first configurations the random searcher (Tune's variant generator) gives a
+    sweep, drawn as Tune draws them, without Ray: add_configurations, then next_trial."""
+    from ray.tune.experiment import Experiment
+
+    searcher = searchers.build_searcher(sweep, 2)
+    assert isinstance(searcher, BasicVariantGenerator)
+    space = spaces.to_param_space(sweep.param_specs())
+    searcher.add_configurations(
+        Experiment("draws", lambda config: None, config=space, num_samples=count, storage_path=storage)
+    )
+    return [dict(searcher.next_trial().config) for _ in range(count)]
+
+
+def test_the_random_searcher_draws_the_same_points_each_run_of_a_file_and_new_ones_for_a_new_seed(tmp_path):
+    """experiments/mnist_asha.yaml (seed: 0) tries the same points every run; --set seed=N
+    gives new ones."""
+    import ray
+
+    first = first_points(config.load_sweep("mnist_asha"), str(tmp_path / "first"))
+    again = first_points(config.load_sweep("mnist_asha"), str(tmp_path / "again"))
+    other = first_points(config.load_sweep("mnist_asha", ["seed=1"]), str(tmp_path / "other"))
+    assert first == again
+    assert len({point["lr"] for point in first}) == len(first)  # drawn, not one point repeated
+    assert all(a["lr"] != b["lr"] for a, b in zip(first, other, strict=True))
+    assert not ray.is_initialized()

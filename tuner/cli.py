@@ -29,7 +29,9 @@ def _add_sweep_file(parser: argparse.ArgumentParser) -> None:
         help="override a field, e.g. --set trials.num_samples=8 (repeatable)",
     )
     parser.add_argument(
-        "--smoke", action="store_true", help="tiny run for checking a file: 2000 images, 2 epochs, 2 trials"
+        "--smoke",
+        action="store_true",
+        help="tiny run for checking a file: 2000 images, 2 epochs, 2 trials; its model is not registered",
     )
 
 
@@ -160,7 +162,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     sweep = _load(args)
     outcome = run_sweep(sweep, address=args.address, verbose=args.verbose, **_cluster_timeout(args))
-    _print_outcome(sweep, outcome.best, outcome.paths)
+    _print_outcome(sweep, outcome.best, outcome.paths, smoke=args.smoke)
     return 0
 
 
@@ -218,9 +220,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     sweep, paths = open_sweep(args.folder)
     summaries = trial_summaries(sweep, paths)
+    # Tune lists a trial before it starts (and a resumed sweep's unstarted ones as pending);
+    # the searcher has not made the rest yet: pending too.
+    started = sum(trial.status != "pending" for trial in summaries)
+    pending = max(0, sweep.total_trials - started)
     print(
-        f"sweep {sweep.name}: {len(summaries)} of {sweep.total_trials} trial(s) started; {sweep.mode}imise "
-        f"{sweep.metric}"
+        f"sweep {sweep.name}: {started} of {sweep.total_trials} trial(s) started"
+        f"{f' ({pending} pending)' if pending else ''}; {sweep.mode}imise {sweep.metric}"
     )
     print(f"{'trial':<14}{'status':<15}{'epochs':>7}{'best ' + sweep.metric:>20}{'at epoch':>10}")
     for trial in summaries:
@@ -349,7 +355,7 @@ def _best_where(paths: Any) -> str:
     return join(paths.remote, "best") if paths.remote else str(paths.best)
 
 
-def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any) -> None:
+def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bool = False) -> None:
     best = paths.best
     print(
         f"\nbest trial {metrics['trial_id']} at epoch {metrics['epoch']}: "
@@ -366,6 +372,11 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any) -> None:
             f"  MLflow: {tracking_uri(sweep)}, registered model "
             f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
         )
+    elif sweep.tracking.mlflow.enabled and not sweep.tracking.mlflow.register:
+        from tuner.tracking import tracking_uri
+
+        why = "a --smoke run" if smoke else "tracking.mlflow.register: false"
+        print(f"  MLflow: {tracking_uri(sweep)}, model logged on the sweep's run, not registered ({why})")
     where = paths.where if paths.remote else _shown(paths.root)
     print(f"  look further: python -m tuner report {where}   (plots of the sweep in one HTML page)")
     if not paths.remote:
@@ -393,11 +404,34 @@ def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has closed it."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):  # not a file (a test's capture)
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a reader gone away is met here, not in Python's flush at exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_reader_gone():  # another pipe (a server's, a child's): not this one
+            raise
+        # ``tuner best runs/x | head -2``: the reader has what it wanted. Exit quietly, as
+        # ``git log | head`` does; what is still buffered for stdout goes to os.devnull.
+        from tuner.progress import quiet_stdout
+
+        quiet_stdout()
+        return 0
     except TunerError as error:
         if args.debug:
             raise

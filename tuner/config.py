@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 import urllib.parse
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -269,11 +271,20 @@ class CheckpointConfig(Strict):
     keep: int = Field(2, ge=1)  # per trial, the best by the sweep metric
 
 
-class MlflowConfig(Strict):
-    enabled: bool = True
-    tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<output_dir>/mlflow.db
-    experiment: str | None = None  # None: the sweep name
-    registered_model: str | None = None  # None: <dataset>_<model>, e.g. mnist_cnn
+# The field `register` has the name of ABCMeta.register, which every pydantic model class
+# reaches through its metaclass: pydantic warns that it shadows it. Only instances read the
+# field, and nothing registers ABC subclasses here, so the warning is noise.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message='Field name "register" .* shadows', category=UserWarning)
+
+    class MlflowConfig(Strict):
+        enabled: bool = True
+        tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<output_dir>/mlflow.db
+        experiment: str | None = None  # None: the sweep name
+        registered_model: str | None = None  # None: <dataset>_<model>, e.g. mnist_cnn
+        # false: the best model is logged on the sweep's parent run, not made a version of
+        # registered_model (--smoke: a smoke run's model is not the real one)
+        register: bool = True
 
 
 class TrackingConfig(Strict):
@@ -296,6 +307,9 @@ class SweepConfig(Strict):
     scaling: ScalingConfig = ScalingConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     tracking: TrackingConfig = TrackingConfig()
+    # The file it was read from and the line of every key: for the errors found after
+    # validation, when the data are planned (a data.path that is not a folder).
+    _origin: LoadedYaml | None = PrivateAttr(default=None)
 
     @field_validator("output_dir")
     @classmethod
@@ -327,6 +341,14 @@ class SweepConfig(Strict):
     @property
     def max_epochs(self) -> int:
         return self.train.epochs
+
+    def locate(self, error: ConfigError) -> ConfigError:
+        """``error``, about a field of this config (``data.path: ...``), naming the file and
+        line the field was read from, as validation's errors do; as it was when that is unknown."""
+        origin = getattr(self, "_origin", None)  # None: built in code, or unpickled from before
+        if error.file is not None or origin is None:
+            return error
+        return ConfigError(error.reason, file=origin.file, line=_line_of_message(error.reason, origin))
 
     @property
     def total_trials(self) -> int:
@@ -528,6 +550,7 @@ SMOKE_OVERRIDES = [
     "train.epochs=2",
     "trials.num_samples=2",
     "trials.time_budget_s=null",
+    "tracking.mlflow.register=false",
 ]
 
 
@@ -559,9 +582,11 @@ def _smoke_fit(data: dict[str, Any]) -> None:
 
 def validate(data: dict[str, Any], loaded: LoadedYaml) -> SweepConfig:
     try:
-        return SweepConfig.model_validate(data, strict=True)  # YAML types as written: no "3" -> 3
+        sweep = SweepConfig.model_validate(data, strict=True)  # YAML types as written: no "3" -> 3
     except ValidationError as error:
         raise _to_config_error(error, data, loaded) from None
+    sweep._origin = loaded
+    return sweep
 
 
 def _to_config_error(error: ValidationError, data: Any, loaded: LoadedYaml) -> ConfigError:

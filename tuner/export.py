@@ -26,7 +26,7 @@ import yaml
 
 from tuner import store
 from tuner.data import held_out, normalise
-from tuner.errors import TunerError
+from tuner.errors import ConfigError, TunerError
 from tuner.models import build_model
 
 MODEL_FILE, SCRIPT_FILE, CONFIG_FILE, METRICS_FILE = "model.pt", "model.ts", "config.yaml", "metrics.json"
@@ -168,7 +168,10 @@ def export_best(
     )
     sampled = {k: _plain(v) for k, v in best.config.items()}
     train, model_options = resolve_hyperparameters(setup, sampled)
-    held = held_out(sweep.data, seed=sweep.seed)  # listed once: a Parquet source reads its files
+    try:
+        held = held_out(sweep.data, seed=sweep.seed)  # listed once: a Parquet source reads its files
+    except ConfigError as error:  # data.path gone since: name the sweep.yaml line, as a sweep does
+        raise sweep.locate(error) from None
     recorded = store.read_data_description(paths)  # a user's own data as the sweep saw them
     described = recorded["data"] if recorded else held.describe()
     config = {

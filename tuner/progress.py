@@ -7,10 +7,15 @@ estimate of what is left. Anywhere else (CI, a log file, a Ray Job) one plain li
 event: a trial started, an epoch, a trial stopped early, finished or errored, the best
 changed. Everything is read from Tune's own trial objects in a driver callback, so a
 resumed sweep shows its restored trials too.
+
+A reader that goes away (``tuner sweep ... | head``) never stops a sweep: its records are
+the point. The output just goes quiet, and the sweep runs to its end.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -103,11 +108,13 @@ class Progress:
 
     def seconds_left(self) -> float | None:
         """Epochs still to run at the pace of this command's epochs so far (an upper bound
-        when a scheduler stops trials early)."""
+        when a scheduler stops trials early). After Ctrl-C, Tune marks the trials it stopped
+        TERMINATED: interrupted and pending ones still count, as a resume would run them."""
         if not self.first_epoch_at or self.epochs_seen < 2:
             return None
         pace = (time.monotonic() - self.first_epoch_at) / (self.epochs_seen - 1)
-        left = sum(self.max_epochs - _epoch(t) for t in self.trials if t.status not in ENDED)
+        to_run = ("running", "interrupted", "pending")
+        left = sum(self.max_epochs - _epoch(t) for t in self.trials if self.state(t) in to_run)
         left += max(0, self.total_trials - len(self.trials)) * self.max_epochs
         return left * pace  # pace: wall seconds per epoch, all trials at once
 
@@ -126,7 +133,7 @@ class Progress:
         line += f" | {_duration(time.monotonic() - self.started)}"
         left = self.seconds_left()
         if left is not None and done < self.total_trials:
-            line += f", at most ~{_duration(left)} left"
+            line += f", at most ~{_duration(math.ceil(left))} left"  # an upper bound: rounded up
         return line
 
     def best_line(self) -> str:
@@ -168,6 +175,7 @@ class Reporter:
         self.stream = stream or sys.stdout
         self.live_mode = self.stream.isatty() if live is None else live
         self._live: Any = None
+        self.reader_gone = False  # the stream's reader went away: nothing more is written
 
     def __enter__(self) -> Reporter:
         _SHOWING.append(self)
@@ -196,9 +204,9 @@ class Reporter:
     def say(self, line: str) -> None:
         if self._live is not None:
             self._live.console.print(line, markup=False, highlight=False)  # above the view
-        else:
+        elif not self.reader_gone:
             stamp = _duration(time.monotonic() - self.progress.started)
-            print(f"[{stamp:>7}] {line}", file=self.stream, flush=True)
+            self.reader_gone = not show(f"[{stamp:>7}] {line}", self.stream)
 
     # --- Tune callback hooks (through make_callback) --------------------------------------------
     def started(self, trials: list[Any], trial: Any) -> None:
@@ -229,6 +237,34 @@ class Reporter:
             self.say(f"trial {trial.trial_id} finished: {epoch} epochs")
         else:
             self.say(f"trial {trial.trial_id} stopped early after epoch {epoch} by the scheduler")
+
+
+def show(text: str, stream: TextIO | None = None) -> bool:
+    """Print ``text`` and flush it; False when the reader has gone away (a closed pipe).
+
+    A sweep's output is never worth its records: the sweep goes on, and stdout is pointed
+    at os.devnull so that no later print (nor Python's flush at exit) fails either."""
+    stream = stream or sys.stdout
+    try:
+        print(text, file=stream, flush=True)
+    except BrokenPipeError:
+        if stream is sys.stdout:
+            quiet_stdout()
+        return False
+    return True
+
+
+def quiet_stdout() -> None:
+    """Send what is still to be written to stdout to os.devnull (its reader has gone)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # not a file (a test's capture): nothing to point
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 _SHOWING: list[Reporter] = []  # the reporter of the sweep this driver runs now

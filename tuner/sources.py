@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner.errors import TunerError
+from tuner.errors import ConfigError, TunerError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 SPLITS = ("train", "val", "test")
@@ -72,12 +72,12 @@ def list_image_folder(path: str) -> Source:
     """``DIR/train/<class>/*.png|jpg`` (and optionally ``val/``, ``test/``), checked."""
     root = Path(path).expanduser()
     if not root.is_dir():
-        raise TunerError(f"data.path: {root} is not a folder")
+        raise ConfigError(f"data.path: {root} is not a folder")
     if not (root / "train").is_dir():
-        raise TunerError(f"data.path: {root} has no train/ folder (expected {root}/train/<class>/<image>)")
+        raise ConfigError(f"data.path: {root} has no train/ folder (expected {root}/train/<class>/<image>)")
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
-        raise TunerError(f"data.path: {root / 'train'} has no class folders (expected train/<class>/<image>)")
+        raise ConfigError(f"data.path: {root / 'train'} has no class folders (expected train/<class>/<image>)")
     splits = {}
     for split in SPLITS:
         folder = root / split
@@ -92,19 +92,21 @@ def list_image_folder(path: str) -> Source:
                 else []
             )
             if split == "train" and not images:
-                raise TunerError(f"data.path: class folder {folder / name} has no images ({', '.join(IMAGE_SUFFIXES)})")
+                raise ConfigError(
+                    f"data.path: class folder {folder / name} has no images ({', '.join(IMAGE_SUFFIXES)})"
+                )
             files += images
             labels += [index] * len(images)
         unknown = sorted(
             p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in classes
         )
         if unknown:
-            raise TunerError(
+            raise ConfigError(
                 f"data.path: {folder} has class folders that train/ lacks: {', '.join(unknown)}; "
                 "every class must be in train/"
             )
         if not files:
-            raise TunerError(f"data.path: {folder} has no images; remove it or put {split} images in <class>/ folders")
+            raise ConfigError(f"data.path: {folder} has no images; remove it or put {split} images in <class>/ folders")
         splits[split] = Listing([str(f) for f in files], np.asarray(labels, dtype=np.int64), files=files)
     return Source("image_folder", str(root), classes, splits)
 
@@ -120,7 +122,7 @@ def parquet_files(path: str) -> list[Path]:
     else:
         files = [Path(expanded)] if Path(expanded).is_file() else []
     if not files:
-        raise TunerError(f"data.path: no Parquet file at {path}")
+        raise ConfigError(f"data.path: no Parquet file at {path}")
     return files
 
 
@@ -166,10 +168,10 @@ def list_parquet(path: str, image_column: str, label_column: str) -> Source:
                 )
             rows.append((f"{file}:row {number}", bytes(image), label))
     if not grouped.get("train"):
-        raise TunerError(f"data.path: {path} has no training rows (no rows, or files of val/ or test/ only)")
+        raise ConfigError(f"data.path: {path} has no training rows (no rows, or files of val/ or test/ only)")
     for split, rows in grouped.items():
         if not rows:
-            raise TunerError(f"data.path: the {split} files in {path} have no rows")
+            raise ConfigError(f"data.path: the {split} files in {path} have no rows")
     every = [label for rows in grouped.values() for _, _, label in rows]
     if all(isinstance(label, int) for label in every):
         classes = [str(c) for c in range(max(every) + 1)]

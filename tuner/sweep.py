@@ -32,7 +32,8 @@ from tuner import remote, store
 from tuner.cluster import CLUSTER_TIMEOUT_S, check_shared_storage, joined, start_ray
 from tuner.config import SweepConfig
 from tuner.data import TrainingData
-from tuner.errors import TunerError
+from tuner.errors import ConfigError, TunerError
+from tuner.progress import show
 from tuner.store import SweepLock, SweepPaths, claim_new, release_unused, write_atomic
 
 DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation for the trial driver process
@@ -228,7 +229,7 @@ def _stop_cleanly_on_ctrl_c():
             return
         interrupted.set()
         what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        print(f"\n{what}: stopping the trials and saving the sweep's state (Ctrl-C again to abort)", flush=True)
+        show(f"\n{what}: stopping the trials and saving the sweep's state (Ctrl-C again to abort)")
         # Tune's own words from here on (Tuner.restore advice, no metrics for the trials
         # that never started) mislead: tuner's last line says how to resume.
         for logger in quieted:
@@ -318,10 +319,14 @@ def _claim(sweep: SweepConfig) -> SweepPaths:
 
 
 def _load_data(sweep: SweepConfig) -> Any:
-    """A built-in set, read; a user's own files, listed and checked (decoded once Ray runs)."""
+    """A built-in set, read; a user's own files, listed and checked (decoded once Ray runs).
+    An error about the data section names the sweep file and line, as validation's do."""
     from tuner.data import plan_data
 
-    return plan_data(sweep.data, seed=sweep.seed)
+    try:
+        return plan_data(sweep.data, seed=sweep.seed)
+    except ConfigError as error:
+        raise sweep.locate(error) from None
 
 
 def _smallest_object_store() -> float:
@@ -380,7 +385,7 @@ def _check_resumable(sweep: SweepConfig, paths: SweepPaths) -> None:
     store.read_mlflow_state(paths)
     store.trial_histories(paths)
     for state in store.recover_state(paths):
-        print(f"{state}: was cut short (a full disk?); put back tuner's last whole copy of it", flush=True)
+        show(f"{state}: was cut short (a full disk?); put back tuner's last whole copy of it")
     if not can_resume(paths):
         raise TunerError(f"{paths.where}: no Tune experiment state to resume in {paths.tune_uri}")
     analysis(sweep, paths)
@@ -480,9 +485,10 @@ def _run(
     slots = concurrent_trials(sweep, cluster, use_gpu, data_cpus=data_cpus)
     if data_cpus:
         held += f"; {data_cpus} CPU(s) kept free of trials for its tasks"
-    print(describe(sweep, slots, use_gpu, data, paths, held), flush=True)
+    # A reader gone away (``| head``) does not stop the sweep: show() goes quiet instead.
+    show(describe(sweep, slots, use_gpu, data, paths, held))
     for line in [] if resume else _earlier_run_note(sweep, paths):
-        print(line, flush=True)
+        show(line)
     data_ref = ray.put(data)
     reporter = _reporter(sweep, paths)
     tuner = build_tuner(
@@ -517,5 +523,7 @@ def _run(
     exported = export.export_best(sweep, paths, results, to=paths.best, overwrite=True)
     if sweep.tracking.mlflow.enabled:
         record = tracking.SweepRecord(sweep, paths)
-        exported.metrics["model_version"] = record.finish(exported.metrics, paths.best, exported)
+        version = record.finish(exported.metrics, paths.best, exported)
+        if version is not None:  # None: not registered (tracking.mlflow.register: false)
+            exported.metrics["model_version"] = version
     return SweepOutcome(paths, results, exported.metrics)

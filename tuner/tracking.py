@@ -69,7 +69,7 @@ class SweepRecord:
         self.uri = state.get("tracking_uri") or tracking_uri(sweep)  # a resume keeps its store
         self.trials: dict[str, str] = state.get("trials", {})
         self.last_step: dict[str, int] = state.get("last_step", {})
-        self.model: dict[str, Any] = state.get("model", {})  # what finish() registered last
+        self.model: dict[str, Any] = state.get("model", {})  # what finish() registered (or only logged) last
         self.pending: dict[str, list[Any]] = {}  # epochs not yet written, by trial (see log_result)
         self.flushed_at = time.monotonic()
         with _creating_store(self.uri):
@@ -251,7 +251,8 @@ class SweepRecord:
         self.client.set_terminated(run_id, status="FAILED" if status == "errored" else "FINISHED")
 
     def finish(self, best: dict[str, Any], best_dir: Path, exported: Any) -> str | None:
-        """Log the best metrics and model on the parent run, register it; returns the version.
+        """Log the best metrics and model on the parent run, register it; returns the version
+        (None when ``tracking.mlflow.register`` is false, as for a --smoke run: logged only).
 
         The model is tuner/served_model.py: uint8 images in, classes and probabilities out.
         """
@@ -265,11 +266,12 @@ class SweepRecord:
         for name in ("config.yaml", "metrics.json"):
             self.client.log_artifact(parent, str(best_dir / name), artifact_path="best")
         name = registered_model_name(self.sweep)
+        registering = self.sweep.tracking.mlflow.register
         chosen = {"trial_id": best["trial_id"], "epoch": best["epoch"]}
-        if self.model.get("version") and {k: self.model.get(k) for k in chosen} == chosen:
+        if (self.model.get("version") or not registering) and {k: self.model.get(k) for k in chosen} == chosen:
             # A resume that changed nothing (a finished sweep, say): no second version of the same model.
             self.client.set_terminated(parent, status="FINISHED")
-            return self.model["version"]
+            return self.model.get("version")
 
         def log_model() -> Any:
             with (
@@ -296,6 +298,11 @@ class SweepRecord:
 
         # Two steps, each retried on its own: a retry never logs the model a second time.
         info = _retrying(log_model)
+        if not registering:  # a smoke run's model must not pass for a version of the real one
+            self.model = dict(chosen)
+            self.save()
+            self.client.set_terminated(parent, status="FINISHED")
+            return None
         version = getattr(_retrying(register, info.model_uri), "version", None)
         if version is not None:
             for key, value in (
