@@ -77,12 +77,12 @@ def test_smoke_overrides_come_before_the_users_own():
     assert "trials.num_samples=2" in SMOKE_OVERRIDES
 
 
-def test_a_smoke_runs_model_is_not_registered_and_register_is_validated(tmp_path):
-    """A --smoke model must not pass for a version of the real one (tracking.mlflow.register)."""
-    assert load_sweep("mnist_asha").tracking.mlflow.register is True
-    assert load_sweep("mnist_asha", smoke=True).tracking.mlflow.register is False
-    path = write(tmp_path, "tracking:\n  mlflow:\n    register: 'no'\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml:3: tracking\.mlflow\.register: input should be a valid boolean"):
+def test_a_smoke_runs_model_is_not_registered_and_registry_is_validated(tmp_path):
+    """A --smoke model must not pass for a version of the real one (tracking.mlflow.registry)."""
+    assert load_sweep("mnist_asha").tracking.mlflow.registry is True
+    assert load_sweep("mnist_asha", smoke=True).tracking.mlflow.registry is False
+    path = write(tmp_path, "tracking:\n  mlflow:\n    registry: 'no'\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml:3: tracking\.mlflow\.registry: input should be a valid boolean"):
         load_sweep(str(path))
 
 

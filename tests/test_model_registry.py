@@ -1,6 +1,6 @@
 """SweepRecord.finish against a real sqlite MLflow store (no Ray): the best model is logged
 on the sweep's parent run, and made a registered version only when
-``tracking.mlflow.register`` is true (a --smoke run's is not)."""
+``tracking.mlflow.registry`` is true (a --smoke run's is not)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _finish(tmp_path: Path, register: bool) -> tuple[Any, str | None]:
     from tuner.tracking import SweepRecord
 
     sweep = SweepConfig.model_validate(
-        {"name": "reg", "output_dir": str(tmp_path / "runs"), "tracking": {"mlflow": {"register": register}}}
+        {"name": "reg", "output_dir": str(tmp_path / "runs"), "tracking": {"mlflow": {"registry": register}}}
     )
     paths = SweepPaths(tmp_path / "runs" / "reg")
     (paths.root / "tune").mkdir(parents=True)

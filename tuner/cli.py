@@ -372,10 +372,10 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bo
             f"  MLflow: {tracking_uri(sweep)}, registered model "
             f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
         )
-    elif sweep.tracking.mlflow.enabled and not sweep.tracking.mlflow.register:
+    elif sweep.tracking.mlflow.enabled and not sweep.tracking.mlflow.registry:
         from tuner.tracking import tracking_uri
 
-        why = "a --smoke run" if smoke else "tracking.mlflow.register: false"
+        why = "a --smoke run" if smoke else "tracking.mlflow.registry: false"
         print(f"  MLflow: {tracking_uri(sweep)}, model logged on the sweep's run, not registered ({why})")
     where = paths.where if paths.remote else _shown(paths.root)
     print(f"  look further: python -m tuner report {where}   (plots of the sweep in one HTML page)")

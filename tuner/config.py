@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import re
 import urllib.parse
-import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -271,20 +270,14 @@ class CheckpointConfig(Strict):
     keep: int = Field(2, ge=1)  # per trial, the best by the sweep metric
 
 
-# The field `register` has the name of ABCMeta.register, which every pydantic model class
-# reaches through its metaclass: pydantic warns that it shadows it. Only instances read the
-# field, and nothing registers ABC subclasses here, so the warning is noise.
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message='Field name "register" .* shadows', category=UserWarning)
-
-    class MlflowConfig(Strict):
-        enabled: bool = True
-        tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<output_dir>/mlflow.db
-        experiment: str | None = None  # None: the sweep name
-        registered_model: str | None = None  # None: <dataset>_<model>, e.g. mnist_cnn
-        # false: the best model is logged on the sweep's parent run, not made a version of
-        # registered_model (--smoke: a smoke run's model is not the real one)
-        register: bool = True
+class MlflowConfig(Strict):
+    enabled: bool = True
+    tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<output_dir>/mlflow.db
+    experiment: str | None = None  # None: the sweep name
+    registered_model: str | None = None  # None: <dataset>_<model>, e.g. mnist_cnn
+    # false: the best model is logged on the sweep's parent run, not made a version of
+    # registered_model in the model registry (--smoke: a smoke run's model is not the real one)
+    registry: bool = True
 
 
 class TrackingConfig(Strict):
@@ -550,7 +543,7 @@ SMOKE_OVERRIDES = [
     "train.epochs=2",
     "trials.num_samples=2",
     "trials.time_budget_s=null",
-    "tracking.mlflow.register=false",
+    "tracking.mlflow.registry=false",
 ]
 
 

@@ -524,6 +524,6 @@ def _run(
     if sweep.tracking.mlflow.enabled:
         record = tracking.SweepRecord(sweep, paths)
         version = record.finish(exported.metrics, paths.best, exported)
-        if version is not None:  # None: not registered (tracking.mlflow.register: false)
+        if version is not None:  # None: not registered (tracking.mlflow.registry: false)
             exported.metrics["model_version"] = version
     return SweepOutcome(paths, results, exported.metrics)

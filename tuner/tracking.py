@@ -252,7 +252,7 @@ class SweepRecord:
 
     def finish(self, best: dict[str, Any], best_dir: Path, exported: Any) -> str | None:
         """Log the best metrics and model on the parent run, register it; returns the version
-        (None when ``tracking.mlflow.register`` is false, as for a --smoke run: logged only).
+        (None when ``tracking.mlflow.registry`` is false, as for a --smoke run: logged only).
 
         The model is tuner/served_model.py: uint8 images in, classes and probabilities out.
         """
@@ -266,7 +266,7 @@ class SweepRecord:
         for name in ("config.yaml", "metrics.json"):
             self.client.log_artifact(parent, str(best_dir / name), artifact_path="best")
         name = registered_model_name(self.sweep)
-        registering = self.sweep.tracking.mlflow.register
+        registering = self.sweep.tracking.mlflow.registry
         chosen = {"trial_id": best["trial_id"], "epoch": best["epoch"]}
         if (self.model.get("version") or not registering) and {k: self.model.get(k) for k in chosen} == chosen:
             # A resume that changed nothing (a finished sweep, say): no second version of the same model.
