@@ -34,10 +34,10 @@ EPOCHS = 4
 SCHEDULER_CLASSES = {
     "fifo": FIFOScheduler,
     "asha": AsyncHyperBandScheduler,  # what tune.schedulers.ASHAScheduler names
-    "hyperband": HyperBandScheduler,
+    "hyperband": HyperBandScheduler,  # tuner's subclass: tuner/hyperband.py
     "median": MedianStoppingRule,
     "pbt": PopulationBasedTraining,
-    "bohb": HyperBandForBOHB,
+    "bohb": HyperBandForBOHB,  # likewise
 }
 
 
@@ -117,7 +117,7 @@ def test_registry_names_are_lower_case():
 def test_every_scheduler_builds(name):
     sweep = sweep_with(scheduler=name)
     built = schedulers.build_scheduler(sweep)
-    assert type(built) is SCHEDULER_CLASSES[name]
+    assert type(built) is SCHEDULER_CLASSES[name] or type(built).__bases__ == (SCHEDULER_CLASSES[name],)
     assert built.set_search_properties(METRIC, MODE) is True
     assert built.metric == METRIC
 
@@ -267,6 +267,63 @@ def test_asha_never_stops_anyone_before_the_grace_period():
     last = drive(scheduler, [0.9, 0.7, 0.5, 0.3])
     assert all(epoch >= 2 for epoch, _ in last.values())
     assert last["t3"] == (2, TrialScheduler.STOP)
+
+
+class StoppingController(FakeController):
+    """Also stops trials, as Tune's controller does for a scheduler, and takes BOHB's word
+    to its searcher of each pause."""
+
+    def __init__(self, trials: list[Trial], scheduler: TrialScheduler):
+        super().__init__(trials)
+        self.scheduler, self.stopped = scheduler, []
+        self.search_alg = self.searcher = self  # BOHB: tune_controller.search_alg.searcher.on_pause(...)
+
+    def on_pause(self, trial_id: str) -> None:
+        pass
+
+    def on_unpause(self, trial_id: str) -> None:
+        pass
+
+    def stop_trial(self, trial: Trial) -> None:
+        if trial.status == Trial.PAUSED:
+            self.scheduler.on_trial_remove(self, trial)
+        trial.status = Trial.TERMINATED
+        self.stopped.append(trial.trial_id)
+
+
+@pytest.mark.parametrize("name", ["hyperband", "bohb"])
+def test_hyperband_stops_a_trial_left_paused_after_its_bracket_let_it_go(name):
+    """The state a sweep hung in under load (issue 23): HyperBand stopped a paused trial (a
+    loser of its bracket, or one of a finished bracket), then Tune marked it PAUSED again.
+    Nothing would ever resume it; tuner's scheduler stops it. A trial paused to wait for the
+    rest of its bracket is left alone."""
+    scheduler = schedulers.build_scheduler(sweep_with(name, reduction_factor=3))
+    scheduler.set_search_properties(METRIC, MODE)
+    trials = [Trial("__fake", config={}, trial_id=f"t{i}", stub=True) for i in range(5)]
+    controller = StoppingController(trials, scheduler)
+    for trial in trials:  # max_t 4, eta 3: brackets of 3 trials from epoch 1 and of 2 trials from epoch 4
+        trial.status = Trial.RUNNING
+        scheduler.on_trial_add(controller, trial)
+    first = [t for t in trials if scheduler._trial_info[t][0]._n == 3]
+    waiting, loser, last = first
+    decisions = {}
+    for trial, accuracy in ((waiting, 0.9), (loser, 0.1)):
+        decisions[trial.trial_id] = scheduler.on_trial_result(
+            controller, trial, {schedulers.TIME_ATTR: 1, METRIC: accuracy}
+        )
+        trial.status = Trial.PAUSED
+    assert set(decisions.values()) == {TrialScheduler.PAUSE}
+    scheduler.choose_trial_to_run(controller)
+    assert controller.stopped == [], "a trial waiting for its bracket was stopped"
+
+    # The last result halves the bracket: the loser is stopped, the winner unpaused.
+    scheduler.on_trial_result(controller, last, {schedulers.TIME_ATTR: 1, METRIC: 0.2})
+    assert loser.trial_id in controller.stopped
+    loser.status = Trial.PAUSED  # what Tune did under load: the stopped trial PAUSED again
+    controller.stopped.clear()
+    chosen = scheduler.choose_trial_to_run(controller)
+    assert controller.stopped == [loser.trial_id] and loser.status == Trial.TERMINATED
+    assert chosen is waiting, "the bracket's winner is still the one to run"
 
 
 # --- contract: every model-based searcher suggests inside the space -----------------------------

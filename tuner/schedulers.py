@@ -36,11 +36,9 @@ def _asha(sweep: cfg.SweepConfig) -> Any:
 
 
 def _hyperband(sweep: cfg.SweepConfig) -> Any:
-    from ray.tune.schedulers import HyperBandScheduler
+    from tuner.hyperband import HyperBand  # Tune's, stopping trials no bracket will run again
 
-    return HyperBandScheduler(
-        time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor
-    )
+    return HyperBand(time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor)
 
 
 def _median(sweep: cfg.SweepConfig) -> Any:
@@ -75,11 +73,9 @@ def _pbt(sweep: cfg.SweepConfig) -> Any:
 
 
 def _bohb(sweep: cfg.SweepConfig) -> Any:
-    from ray.tune.schedulers import HyperBandForBOHB
+    from tuner.hyperband import BohbHyperBand  # Tune's, stopping trials no bracket will run again
 
-    return HyperBandForBOHB(
-        time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor
-    )
+    return BohbHyperBand(time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor)
 
 
 SCHEDULERS: dict[str, Callable[[cfg.SweepConfig], Any]] = {
