@@ -120,6 +120,11 @@ def check_shared_storage(paths: SweepPaths, timeout_s: float = CLUSTER_TIMEOUT_S
             ],
             timeout=timeout_s,
         )
+    except ray.exceptions.GetTimeoutError:
+        raise TunerError(
+            f"the cluster's {len(nodes)} nodes did not all run the check that they see output_dir within "
+            f"{timeout_s:g} s (--cluster-timeout); a node may be overloaded or gone: try again, or give it longer"
+        ) from None
     finally:
         if paths.remote:
             remote.delete(marker)

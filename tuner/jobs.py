@@ -4,7 +4,7 @@
 is submitted for a bad file), then ships a copy of the ``tuner`` package as the job's
 ``py_modules`` entry, with the sweep file and the ``search_spaces/`` registry inside it
 (tuner/shipped.py says why not as a working directory). On the cluster the job runs
-``python -m tuner sweep FILE`` (or ``resume FOLDER``) with the cluster's own Python, which
+``python -P -m tuner sweep FILE`` (or ``resume FOLDER``) with the cluster's own Python, which
 must have tuner's dependencies installed.
 
 A stopped job's driver gets SIGTERM, which stops the trials and saves the sweep like a
