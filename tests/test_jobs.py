@@ -14,7 +14,7 @@ import json
 import os
 import signal
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -77,18 +77,15 @@ def _nodes_per_epoch(root: Path) -> dict[str, list[str]]:
     return {trial: [row["nodes"] for row in rows] for trial, rows in trial_histories(SweepPaths(root)).items()}
 
 
-def _wait_for_epochs(root: Path, at_least: int, trials: int, what: str, timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        histories = trial_histories(SweepPaths(root)) if (root / "history").is_dir() else {}
-        if len(histories) >= trials and all(len(rows) >= at_least for rows in histories.values()):
-            return
-        assert time.monotonic() < deadline, f"{what}: no {at_least} epochs per trial in time ({histories})"
-        time.sleep(0.5)
+def _epochs(root: Path, wanted: Callable[[int], bool]) -> dict[str, int] | None:
+    """Each trial's epochs in the sweep's history, once some trial's count is ``wanted``."""
+    histories = trial_histories(SweepPaths(root)) if (root / "history").is_dir() else {}
+    counts = {trial: len(rows) for trial, rows in histories.items()}
+    return counts if any(wanted(count) for count in counts.values()) else None
 
 
-def _tune_saved_epochs(root: Path, at_least: int) -> dict[str, int] | None:
-    """Each trial's epochs in Tune's newest saved experiment state, once all have ``at_least``."""
+def _tune_saved_epochs(root: Path, wanted: Callable[[int], bool]) -> dict[str, int] | None:
+    """Each trial's epochs in Tune's newest saved experiment state, once some trial's count is ``wanted``."""
     states = sorted((root / "tune").glob("experiment_state-*.json"))
     try:
         trial_data = json.loads(states[-1].read_text())["trial_data"] if states else []
@@ -98,7 +95,7 @@ def _tune_saved_epochs(root: Path, at_least: int) -> dict[str, int] | None:
     for trial_json, runtime_json in trial_data:
         last = json.loads(runtime_json)["last_result"]
         saved[json.loads(trial_json)["trial_id"]] = int(last.get("training_iteration") or 0)
-    return saved if len(saved) == 2 and min(saved.values()) >= at_least else None
+    return saved if any(wanted(count) for count in saved.values()) else None
 
 
 def _worker(cluster):
@@ -203,7 +200,7 @@ def test_a_sweep_joined_by_address_runs_on_the_cluster(cluster, tmp_path):
 
 
 def test_a_stopped_job_saves_its_sweep_and_resubmitting_the_folder_finishes_it(cluster, tmp_path):
-    epochs = 20  # far more than the 2 each trial has when the stop comes
+    epochs = 20  # far more than the 2 a trial has when the stop comes
     sweep_file = _file(
         tmp_path, "stopme", data={"train_subset": 1000}, train={"epochs": epochs}, trials={"num_samples": 2}
     )
@@ -211,22 +208,28 @@ def test_a_stopped_job_saves_its_sweep_and_resubmitting_the_folder_finishes_it(c
     assert submitted.returncode == 0, submitted.stderr
     job_id = _job_id(submitted.stdout)
     root = tmp_path / "runs" / "stopme"
-    _wait_for_epochs(root, 2, 2, "the job")
+    # As soon as one trial is under way (on a loaded machine the other may start much later).
+    cluster.wait_for(lambda: _epochs(root, lambda count: 2 <= count < epochs), "a trial to report 2 epochs")
 
     stopped = _cli(cluster, "stop", job_id, "--address", cluster.dashboard)
     assert stopped.returncode == 0, stopped.stderr
     assert f"job {job_id}: STOPPED" in stopped.stdout
     status = _cli(cluster, "status", str(root))
-    assert "finished" not in status.stdout and not (root / "best").exists(), status.stdout
+    assert "interrupted" in status.stdout and not (root / "best").exists(), status.stdout
     before = {trial: len(rows) for trial, rows in trial_histories(SweepPaths(root)).items()}
-    assert all(0 < count < epochs for count in before.values()), before
+    cut = [trial for trial, count in before.items() if 0 < count < epochs]
+    assert cut, before
 
     resumed = _cli(cluster, "submit", str(root), "--address", cluster.dashboard, "--follow")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "python -P -m tuner resume" in resumed.stdout.splitlines()[0]
-    for trial, rows in trial_histories(SweepPaths(root)).items():
+    histories = trial_histories(SweepPaths(root))
+    assert len(histories) == 2
+    for trial, rows in histories.items():
         assert [row["epoch"] for row in rows] == list(range(1, epochs + 1)), trial  # continued, none repeated
-    assert sorted(len(steps) for steps in mlflow_children(root).values()) == [epochs, epochs]
+    for trial in cut:  # the stop saved Tune's state: each continued right after its last epoch
+        assert histories[trial][before[trial]]["resumed_from"] == trial, (trial, before)
+    assert mlflow_children(root) == {trial: list(range(1, epochs + 1)) for trial in histories}
     assert (root / "best" / "metrics.json").is_file()
 
 
@@ -292,8 +295,8 @@ def test_a_lost_head_is_named_by_jobs_and_status_and_the_sweep_resumes_on_a_new_
     assert submitted.returncode == 0, submitted.stderr
     root = tmp_path / "runs" / "headless"
     # Tune restores each trial from the checkpoint its saved state names; it saves that
-    # state every 10 s or more, so wait until it holds 2 epochs of each trial.
-    saved = cluster.wait_for(lambda: _tune_saved_epochs(root, at_least=2), "Tune to save 2 epochs of each trial")
+    # state every 10 s or more, so wait until it holds 2 epochs of a trial still running.
+    saved = cluster.wait_for(lambda: _tune_saved_epochs(root, lambda count: 2 <= count < epochs), "Tune's state")
 
     old_dashboard, old_address = cluster.dashboard, cluster.address
     drivers = cluster.job_driver_pids()
@@ -306,7 +309,8 @@ def test_a_lost_head_is_named_by_jobs_and_status_and_the_sweep_resumes_on_a_new_
     for node in list(cluster.nodes):  # a worker node without its head is of no use
         cluster.kill(node)
     before = {trial: len(rows) for trial, rows in trial_histories(SweepPaths(root)).items()}
-    assert all(0 < count < epochs for count in before.values()), before
+    cut = [trial for trial, count in saved.items() if 2 <= count and before.get(trial, 0) < epochs]
+    assert cut, (saved, before)
 
     jobs = _cli(cluster, "jobs", "--address", old_dashboard)
     assert jobs.returncode == 2 and len(jobs.stderr.strip().splitlines()) == 1, jobs.stdout + jobs.stderr
@@ -324,12 +328,14 @@ def test_a_lost_head_is_named_by_jobs_and_status_and_the_sweep_resumes_on_a_new_
             cluster, "submit", str(root), "--address", cluster.dashboard, "--follow", "--cluster-timeout", "600"
         )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    for trial, rows in trial_histories(SweepPaths(root)).items():
+    histories = trial_histories(SweepPaths(root))
+    assert len(histories) == 2
+    for trial, rows in histories.items():
         assert [row["epoch"] for row in rows] == list(range(1, epochs + 1)), trial  # continued, none repeated
-        resumed = [row["epoch"] for row in rows if row["resumed_from"] == trial]
-        # From the checkpoint Tune's saved state named (it may have saved a later one since).
+    for trial in cut:  # from the checkpoint Tune's saved state named (it may have saved a later one since)
+        resumed = [row["epoch"] for row in histories[trial] if row["resumed_from"] == trial]
         assert resumed and saved[trial] < resumed[0] <= before[trial] + 1, (trial, saved, before, resumed)
-    assert mlflow_children(root) == {trial: list(range(1, epochs + 1)) for trial in before}
+    assert mlflow_children(root) == {trial: list(range(1, epochs + 1)) for trial in histories}
     assert (root / "best" / "metrics.json").is_file()
     assert_no_leaks_on(cluster.address, env=cluster.env)
 
