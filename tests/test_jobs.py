@@ -287,7 +287,7 @@ def test_a_lost_head_is_named_by_jobs_and_status_and_the_sweep_resumes_on_a_new_
     """Last: it replaces the module's cluster. The new cluster starts under load, and the
     sweep is submitted to it at once: submit waits for its job agent, however slow."""
     _ensure_worker(cluster)
-    epochs = 20  # far more than the 2 each trial has when the head is lost
+    epochs = 60  # Tune saves its state every 10 s or more: far more epochs than that, for a trial still running
     sweep_file = _file(
         tmp_path, "headless", data={"train_subset": 1000}, train={"epochs": epochs}, trials={"num_samples": 2}
     )
