@@ -381,3 +381,43 @@ def test_epochs_written_before_mlflow_json_could_be_saved_are_not_written_twice(
     again.flush()
     history = MlflowClient(again.uri).get_metric_history(run_id, "val_accuracy")
     assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, 0.6)]
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["run never made", "run made, not recorded"])
+def test_epochs_of_a_trial_whose_run_the_killed_driver_had_not_recorded_are_written(tmp_path, made):
+    """MLflow writes wait behind the store's opening, slow on a loaded machine: a driver
+    killed there leaves a history for a trial that mlflow.json does not name (its run never
+    made, or made and not yet saved). When the resumed trial reports again, its run holds
+    every epoch from 1, once each."""
+    from mlflow.tracking import MlflowClient
+
+    from tuner.store import SweepPaths, append_history, trial_histories
+    from tuner.tracking import SweepRecord
+
+    sweep = SweepConfig.model_validate({"name": "late", "output_dir": str(tmp_path / "runs")})
+    paths = SweepPaths(tmp_path / "runs" / "late")
+    (paths.root / "tune").mkdir(parents=True)
+    paths.history.mkdir()
+    record = SweepRecord(sweep, paths)
+    saved = (paths.root / "mlflow.json").read_text()  # the parent run, no trial
+    if made:
+        record.log_result(
+            "t_00000", {"lr": 0.001}, {"trial_id": "t_00000", "training_iteration": 1, "val_accuracy": 0.5}
+        )
+        record.flush()
+        (paths.root / "mlflow.json").write_text(saved)
+    for epoch, accuracy in ((1, 0.5), (2, 0.6), (3, 0.7)):
+        append_history(paths, "t_00000", {"trial_id": "t_00000", "training_iteration": epoch, "val_accuracy": accuracy})
+    del record  # the driver is killed here
+
+    again = SweepRecord(sweep, paths)
+    again.backfill(trial_histories(paths))
+    # The trial restarts from its checkpoint of epoch 2 and re-runs epoch 3.
+    again.log_result("t_00000", {"lr": 0.001}, {"trial_id": "t_00000", "training_iteration": 3, "val_accuracy": 0.7})
+    again.log_result("t_00000", {"lr": 0.001}, {"trial_id": "t_00000", "training_iteration": 4, "val_accuracy": 0.8})
+    again.flush()
+    client = MlflowClient(again.uri)
+    [run] = client.search_runs([again.experiment_id], "tags.tuner.trial_id = 't_00000'")
+    history = client.get_metric_history(run.info.run_id, "val_accuracy")
+    assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, 0.6), (3, 0.7), (4, 0.8)]
+    assert run.data.params["lr"] == "0.001"

@@ -71,6 +71,7 @@ class SweepRecord:
         self.last_step: dict[str, int] = state.get("last_step", {})
         self.model: dict[str, Any] = state.get("model", {})  # what finish() registered (or only logged) last
         self.pending: dict[str, list[Any]] = {}  # epochs not yet written, by trial (see log_result)
+        self.unrecorded: dict[str, list[dict[str, Any]]] = {}  # history of trials without a run yet (see backfill)
         self.flushed_at = time.monotonic()
         with _creating_store(self.uri):
             self.client = _Retrying(MlflowClient(self.uri))
@@ -163,6 +164,7 @@ class SweepRecord:
         _log_params(self.client, run.info.run_id, config)
         self.trials[trial_id] = run.info.run_id
         self.save()
+        self._write_unrecorded(trial_id)
         return run.info.run_id
 
     def _run_saved_too_late(self, trial_id: str) -> str | None:
@@ -183,7 +185,13 @@ class SweepRecord:
         self.trials[trial_id] = run_id
         self.last_step[trial_id] = max(self.last_step.get(trial_id, 0), self._logged_step(run_id))
         self.save()
+        self._write_unrecorded(trial_id)
         return run_id
+
+    def _write_unrecorded(self, trial_id: str) -> None:
+        """Queue the epochs a killed driver had for this trial before its run was recorded."""
+        for row in self.unrecorded.pop(trial_id, []):
+            self.log_result(trial_id, {}, row, stamp=row.get("reported_at"))
 
     def _logged_step(self, run_id: str) -> int:
         """The last epoch the run holds in MLflow itself (0 if none). An epoch's metrics are
@@ -233,7 +241,13 @@ class SweepRecord:
 
         mlflow.json's ``last_step`` can lag MLflow: a driver killed, or out of disk, after a
         ``log_batch`` and before mlflow.json was saved. So where the history is ahead of it,
-        MLflow is asked what the run holds (one query per such trial; none after a clean stop)."""
+        MLflow is asked what the run holds (one query per such trial; none after a clean stop).
+
+        A trial mlflow.json does not name (the driver was killed while its writes waited
+        behind the store's opening, before it made the trial's run or saved it) has its
+        epochs written once its run is made or adopted, when the resumed trial reports with
+        its config."""
+        self.unrecorded = {trial_id: rows for trial_id, rows in histories.items() if trial_id not in self.trials}
         for trial_id, run_id in self.trials.items():
             rows = histories.get(trial_id, [])
             if max((row["training_iteration"] for row in rows), default=0) > self.last_step.get(trial_id, 0):
