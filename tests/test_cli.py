@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tuner.cli import main
@@ -116,3 +117,33 @@ def test_the_outcome_of_a_smoke_run_says_its_model_was_logged_not_registered(tmp
         in lines
     )
     assert not any("registered model" in line for line in lines)
+
+
+def test_schema_is_what_an_editor_checks_sweep_files_against():
+    """``tuner schema`` (the JSON Schema a YAML editor extension is pointed at) takes every
+    shipped sweep file and refuses what the loader refuses: an unknown key, a wrong choice,
+    a wrong type."""
+    import jsonschema
+
+    printed = subprocess.run(
+        [sys.executable, "-m", "tuner", "schema"], capture_output=True, text=True, timeout=120, check=True
+    )
+    schema = json.loads(printed.stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    editor = jsonschema.Draft202012Validator(schema)
+    shipped = sorted((Path(__file__).parents[1] / "experiments").glob("*.yaml"))
+    assert shipped
+    for path in shipped:
+        document = yaml.safe_load(path.read_text())
+        assert not list(editor.iter_errors(document)), path
+        SweepConfig.model_validate(document)  # the loader agrees
+    base = yaml.safe_load(shipped[0].read_text())
+    for bad in (
+        {**base, "trails": {"num_samples": 2}},
+        {**base, "mode": "maximise"},
+        {**base, "trials": {"num_samples": "many"}},
+        {**base, "scheduler": {"name": "asha", "grace_period": 1, "reduction": 3}},
+    ):
+        assert list(editor.iter_errors(bad)), bad
+        with pytest.raises(ValueError):
+            SweepConfig.model_validate(bad)

@@ -139,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check a sweep file and print the resolved config")
     _add_sweep_file(validate)
     validate.set_defaults(handler=cmd_validate)
+
+    schema = commands.add_parser(
+        "schema", help="print the sweep file's JSON Schema (for an editor: python -m tuner schema > tuner.schema.json)"
+    )
+    schema.set_defaults(handler=cmd_schema)
     return parser
 
 
@@ -152,6 +157,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     sweep = _load(args)
     print(yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False), end="")
     print(f"# {args.file}: valid; search space: {', '.join(sweep.param_specs()) or '(empty)'}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from tuner.config import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
     return 0
 
 

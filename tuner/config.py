@@ -547,6 +547,18 @@ SMOKE_OVERRIDES = [
 ]
 
 
+def json_schema() -> dict[str, Any]:
+    """The sweep file's JSON Schema, from the models that validate it: for editors (the
+    YAML language server completes and checks a file while it is typed)."""
+    schema = SweepConfig.model_json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "tuner sweep file",
+        "description": "A tuner sweep: python -m tuner sweep FILE",
+        **{key: value for key, value in schema.items() if key != "title"},
+    }
+
+
 def load_sweep(name_or_path: str, overrides: list[str] | None = None, *, smoke: bool = False) -> SweepConfig:
     """Read, override and validate a sweep file. Raises ConfigError, never starts Ray."""
     path = resolve_sweep_path(name_or_path)
