@@ -147,9 +147,13 @@ class SweepRecord:
         """The trial's child run, created once (a restarted trial keeps its run)."""
         if trial_id in self.trials:
             return self.trials[trial_id]
-        adopted = self._run_saved_too_late(trial_id)
-        if adopted is not None:
-            return adopted
+        run_id = self._run_saved_too_late(trial_id) or self._new_trial_run(trial_id, config)
+        # Epochs a killed driver had for this trial before its run was recorded (backfill).
+        for row in self.unrecorded.pop(trial_id, []):
+            self.log_result(trial_id, {}, row, stamp=row.get("reported_at"))
+        return run_id
+
+    def _new_trial_run(self, trial_id: str, config: dict[str, Any]) -> str:
         run = self.client.create_run(
             self.experiment_id,
             run_name=trial_id,
@@ -164,7 +168,6 @@ class SweepRecord:
         _log_params(self.client, run.info.run_id, config)
         self.trials[trial_id] = run.info.run_id
         self.save()
-        self._write_unrecorded(trial_id)
         return run.info.run_id
 
     def _run_saved_too_late(self, trial_id: str) -> str | None:
@@ -185,13 +188,7 @@ class SweepRecord:
         self.trials[trial_id] = run_id
         self.last_step[trial_id] = max(self.last_step.get(trial_id, 0), self._logged_step(run_id))
         self.save()
-        self._write_unrecorded(trial_id)
         return run_id
-
-    def _write_unrecorded(self, trial_id: str) -> None:
-        """Queue the epochs a killed driver had for this trial before its run was recorded."""
-        for row in self.unrecorded.pop(trial_id, []):
-            self.log_result(trial_id, {}, row, stamp=row.get("reported_at"))
 
     def _logged_step(self, run_id: str) -> int:
         """The last epoch the run holds in MLflow itself (0 if none). An epoch's metrics are
