@@ -83,7 +83,7 @@ def best_curve(sweep_dir: Path, budget: Budget) -> list[tuple[float, float, floa
     with its test accuracy: each improvement's own checkpoint, scored after the sweep."""
     from common import Tensors, accuracy, build_cnn
 
-    from tuner.loop import load_state
+    from tuner.session import load_state
     from tuner.store import SweepPaths, trial_histories
 
     epochs = []

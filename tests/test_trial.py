@@ -73,7 +73,8 @@ def _train(local_ray, **train) -> tuple[list[dict], dict]:
     import torch
 
     from tuner.data import load_training_data
-    from tuner.loop import Session, load_state, run_training
+    from tuner.loop import run_training
+    from tuner.session import LoopSettings, Session, load_state
     from tuner.trial import TrialSetup, resolve_hyperparameters
 
     class Collect(Session):
@@ -95,20 +96,16 @@ def _train(local_ray, **train) -> tuple[list[dict], dict]:
     data = load_training_data("mnist", str(data_root()), val_fraction=0.1, train_subset=1000, seed=0)
     setup = TrialSetup("cnn", {"conv1": 8, "conv2": 16, "hidden": 32}, {"epochs": 1, "lr": LR}, 1, False, 1, 0, "", 0)
     train_config, model_options = resolve_hyperparameters(setup, train)
-    loop = {
-        "train": train_config,
-        "model_name": "cnn",
-        "model_options": model_options,
-        "data_ref": local_ray.put(data),
-        "threads": 1,
-        "seed": 7,
-        "trial_id": "t",
-        "fail_once_at_epoch": None,
-        "fail_marker": "",
-        "entered_at": time.time(),
-        "augment": [],
-        "crop_padding": 4,
-    }
+    loop = LoopSettings(
+        train=train_config,
+        model_name="cnn",
+        model_options=model_options,
+        data_ref=local_ray.put(data),
+        threads=1,
+        seed=7,
+        trial_id="t",
+        entered_at=time.time(),
+    )
     session = Collect()
     run_training(loop, session)
     return session.reports, session.state

@@ -259,7 +259,7 @@ def _where(checkpoint: Any) -> str:
 
 def _load_checkpoint(folder: str) -> dict[str, Any]:
     """A trial's checkpoint; a truncated or foreign file is one TunerError naming it."""
-    from tuner.loop import CHECKPOINT_FILE, load_state
+    from tuner.session import CHECKPOINT_FILE, load_state
 
     try:
         state = load_state(folder)

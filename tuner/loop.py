@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -26,8 +24,7 @@ from torch import nn
 
 from tuner.data import TrainingData, normalise
 from tuner.models import build_model
-
-CHECKPOINT_FILE = "checkpoint.pt"
+from tuner.session import LoopSettings, Session, report_epoch
 
 
 def learning_rate(base_lr: float, schedule: str, step: int, total_steps: int) -> float:
@@ -47,11 +44,6 @@ def make_optimizer(model: nn.Module, train: dict[str, Any]) -> torch.optim.Optim
     if train["optimizer"] == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
     return torch.optim.Adam(params, lr=lr, weight_decay=wd)
-
-
-def load_state(path: str | os.PathLike) -> dict[str, Any]:
-    """A tuner checkpoint's state dict (tensors and plain values only: weights_only)."""
-    return torch.load(Path(path) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
 
 
 class InMemoryData:
@@ -123,47 +115,26 @@ class StreamedData:
             yield normalise(images, self.mean, self.std), labels
 
 
-class Session:
-    """What the loop needs from whatever runs it: its rank, device, resume state, reports."""
-
-    rank: int
-    world: int
-    device: torch.device
-
-    def resume_state(self) -> dict[str, Any] | None:
-        raise NotImplementedError
-
-    def prepare_model(self, model: nn.Module) -> nn.Module:
-        raise NotImplementedError
-
-    def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
-        raise NotImplementedError
-
-    def dataset_shard(self, name: str, dataset: Any) -> Any:
-        """This rank's part of a streamed split (a Ray Dataset or DataIterator)."""
-        raise NotImplementedError
-
-
-def _augmentation(loop: dict[str, Any], device: torch.device, epoch: int, rank: int) -> Any:
+def _augmentation(loop: LoopSettings, device: torch.device, epoch: int, rank: int) -> Any:
     """The epoch's augmentation of uint8 batches (tuner/augment.py), seeded per trial,
     epoch and rank so a resumed epoch repeats it; None without data.augment."""
-    if not loop["augment"]:
+    if not loop.augment:
         return None
     from tuner import augment
 
-    generator = augment.generator_for(device, loop["seed"], epoch, rank)
-    return lambda x: augment.apply(x, loop["augment"], padding=loop["crop_padding"], generator=generator)
+    generator = augment.generator_for(device, loop.seed, epoch, rank)
+    return lambda x: augment.apply(x, loop.augment, padding=loop.crop_padding, generator=generator)
 
 
-def run_training(loop: dict[str, Any], session: Session) -> None:
+def run_training(loop: LoopSettings, session: Session) -> None:
     """Train, evaluate, checkpoint and report every epoch (one worker's share under DDP)."""
     import ray
 
     rank, world, device = session.rank, session.world, session.device
-    torch.set_num_threads(loop["threads"])
-    torch.manual_seed(loop["seed"])
-    train = loop["train"]
-    data = ray.get(loop["data_ref"])  # in memory: zero-copy views of the node's one copy
+    torch.set_num_threads(loop.threads)
+    torch.manual_seed(loop.seed)
+    train = loop.train
+    data = ray.get(loop.data_ref)  # in memory: zero-copy views of the node's one copy
     nodes = _node_ids(world)
     if isinstance(data, TrainingData):
         shards: InMemoryData | StreamedData = InMemoryData(data, device, rank, world)
@@ -171,18 +142,18 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
         shards = StreamedData(data, device, rank, world, session.dataset_shard)
 
     model = build_model(
-        loop["model_name"],
+        loop.model_name,
         in_channels=data.channels,
         num_classes=data.num_classes,
         image_size=data.size,
-        options=loop["model_options"],
+        options=loop.model_options,
     )
     start_epoch, resumed_from = 0, ""
     state = session.resume_state()
     if state is not None:
         model.load_state_dict(state["model"])
         start_epoch, resumed_from = int(state["epoch"]), str(state["trial_id"])
-    if loop["model_name"] == "synthetic":  # no training: a known curve (tuner/synthetic.py)
+    if loop.model_name == "synthetic":  # no training: a known curve (tuner/synthetic.py)
         from tuner import synthetic
 
         return synthetic.run(loop, session, model, state)
@@ -202,7 +173,7 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
     steps_per_epoch = math.ceil(shards.per_rank / batch_size)
     scheduled = train["lr_schedule"] != "constant"
     first_step_at = time.time()  # this (re)start's first training step begins now
-    timing = {"entered_at": loop["entered_at"], "first_step_at": first_step_at}
+    timing = {"entered_at": loop.entered_at, "first_step_at": first_step_at}
 
     for epoch in range(start_epoch, epochs):
         started = time.perf_counter()
@@ -210,7 +181,7 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
         augmented = _augmentation(loop, device, epoch, rank)
         loss_sum = torch.zeros((), device=device)
         seen = 0
-        batches = shards.train_batches(loop["seed"], epoch, batch_size, augmented)
+        batches = shards.train_batches(loop.seed, epoch, batch_size, augmented)
         for step, (x, y) in enumerate(batches):
             if scheduled or step == 0:  # a constant rate is set once an epoch (PBT may change it between)
                 lr = learning_rate(
@@ -253,18 +224,7 @@ def run_training(loop: dict[str, Any], session: Session) -> None:
         }
         unwrapped = model.module if hasattr(model, "module") else model
         state = {"model": unwrapped.state_dict(), "optimizer": optimizer.state_dict()} if rank == 0 else None
-        report_epoch(session, metrics, state, epoch + 1, loop["trial_id"])
-
-
-def report_epoch(
-    session: Session, metrics: dict[str, Any], state: dict[str, Any] | None, epoch: int, trial: str
-) -> None:
-    """Report an epoch with its checkpoint: ``state`` (the model's and more) saved with
-    the epoch and trial it belongs to; None on the ranks other than 0, which save none."""
-    with tempfile.TemporaryDirectory() as folder:
-        if state is not None:
-            torch.save({**state, "epoch": epoch, "trial_id": trial}, Path(folder) / CHECKPOINT_FILE)
-        session.report(metrics, folder if state is not None else None)
+        report_epoch(session, metrics, state, epoch + 1, loop.trial_id)
 
 
 def _node_ids(world: int) -> str:
@@ -304,11 +264,11 @@ def _evaluate(
     return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item(), (totals[3] / train_count).item()
 
 
-def _maybe_fail_once(loop: dict[str, Any], epoch: int) -> None:
+def _maybe_fail_once(loop: LoopSettings, epoch: int) -> None:
     """Test-only: raise once, at the given epoch, to prove retries resume from a checkpoint."""
-    if loop["fail_once_at_epoch"] is None or epoch + 1 != loop["fail_once_at_epoch"]:
+    if loop.fail_once_at_epoch is None or epoch + 1 != loop.fail_once_at_epoch:
         return
-    marker = Path(loop["fail_marker"])
+    marker = Path(loop.fail_marker)
     if not marker.exists():
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("failed once on purpose\n")

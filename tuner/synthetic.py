@@ -24,7 +24,10 @@ from __future__ import annotations
 import math
 import random
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # (the driver imports this module for its curve: no torch there)
+    from tuner.session import LoopSettings
 
 FLOOR, CEILING = 0.1, 0.98  # chance on 10 classes; the best a trial can reach
 OPTIMUM_LR, LR_WIDTH, MAX_RATE = 2e-3, 0.5, 0.6
@@ -63,13 +66,13 @@ def curve(lr: float, weight_decay: float, epochs: int, *, noise: float = 0.0, se
     return accuracies
 
 
-def run(loop: dict[str, Any], session: Any, model: Any, state: dict[str, Any] | None) -> None:
+def run(loop: LoopSettings, session: Any, model: Any, state: dict[str, Any] | None) -> None:
     """The synthetic trial's epochs, hosted like the real loop (tuner/loop.py): resume,
     report and checkpoint every epoch through ``session``; ``model`` (a tiny linear layer)
     is saved so that the export and the served model have weights to load."""
-    from tuner.loop import report_epoch
+    from tuner.session import report_epoch
 
-    options, train = loop["model_options"], loop["train"]
+    options, train = loop.model_options, loop.train
     epoch_s, noise = float(options["epoch_s"]), float(options["noise"])
     skill = float(state.get("skill", 0.0)) if state else 0.0
     start_epoch = int(state["epoch"]) if state else 0
@@ -80,7 +83,7 @@ def run(loop: dict[str, Any], session: Any, model: Any, state: dict[str, Any] | 
         if epoch_s:
             time.sleep(epoch_s)
         skill = step(skill, train["lr"], train["weight_decay"])
-        val_accuracy, val_loss = observe(skill, noise, loop["seed"], epoch + 1)
+        val_accuracy, val_loss = observe(skill, noise, loop.seed, epoch + 1)
         metrics = {
             "epoch": epoch + 1,
             "train_loss": val_loss,
@@ -93,8 +96,8 @@ def run(loop: dict[str, Any], session: Any, model: Any, state: dict[str, Any] | 
             "resumed_from": resumed_from,
             "world_size": 1,
             "nodes": "",
-            "entered_at": loop["entered_at"],
+            "entered_at": loop.entered_at,
             "first_step_at": first_step_at,
         }
         state_now = {"model": model.state_dict(), "optimizer": {}, "skill": skill}
-        report_epoch(session, metrics, state_now, epoch + 1, loop["trial_id"])
+        report_epoch(session, metrics, state_now, epoch + 1, loop.trial_id)

@@ -31,7 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tuner.loop import Session, load_state, run_training
+from tuner.loop import run_training
+from tuner.session import LoopSettings, Session, load_state
 
 _FIT_DONE = "__tuner_fit_done__"
 
@@ -150,32 +151,31 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
     entered_at = time.time()
     train, model_options = resolve_hyperparameters(setup, sampled)
     trial_id = tune.get_context().get_trial_id()
-    loop = {
-        "train": train,
-        "model_name": setup.model_name,
-        "model_options": model_options,
-        "data_ref": data[0],
-        "threads": max(1, int(setup.cpus_per_worker)),
-        "seed": setup.seed + _stable_int(trial_id),
-        "trial_id": trial_id,
-        "resume_from": None,
-        "fail_once_at_epoch": setup.fail_once_at_epoch,
-        "fail_marker": os.path.join(
+    loop = LoopSettings(
+        train=train,
+        model_name=setup.model_name,
+        model_options=model_options,
+        data_ref=data[0],
+        threads=max(1, int(setup.cpus_per_worker)),
+        seed=setup.seed + _stable_int(trial_id),
+        trial_id=trial_id,
+        entered_at=entered_at,
+        augment=tuple(str(name) for name in sampled.get("augment", setup.augment)),
+        crop_padding=setup.crop_padding,
+        train_on_cpu=setup.train_on_cpu,
+        fail_once_at_epoch=setup.fail_once_at_epoch,
+        fail_marker=os.path.join(
             tempfile.gettempdir() if "://" in setup.train_dir else setup.train_dir, f"{trial_id}.failed-once"
         ),
-        "entered_at": entered_at,
-        "train_on_cpu": setup.train_on_cpu,
-        "augment": [str(name) for name in sampled.get("augment", setup.augment)],
-        "crop_padding": setup.crop_padding,
-    }
+    )
     if setup.direct:
         run_training(loop, _TuneSession(setup.use_gpu))
     else:
-        loop["resume_from"] = tune.get_checkpoint()  # a Checkpoint (local or at a URI), or None
+        loop.resume_from = tune.get_checkpoint()  # a Checkpoint (local or at a URI), or None
         _fit_torch_trainer(loop, setup, trial_id)
 
 
-def _fit_torch_trainer(loop: dict[str, Any], setup: TrialSetup, trial_id: str) -> None:
+def _fit_torch_trainer(loop: LoopSettings, setup: TrialSetup, trial_id: str) -> None:
     """One TorchTrainer per trial (or per restore), rank 0's reports relayed to Tune."""
     import ray
     import ray.train
@@ -186,13 +186,13 @@ def _fit_torch_trainer(loop: dict[str, Any], setup: TrialSetup, trial_id: str) -
     queue = Queue(actor_options={"num_cpus": 0})
     streamed = None
     if setup.streamed:  # (an in-memory set is not fetched here: the workers map it on their nodes)
-        data = ray.get(loop["data_ref"])
+        data = ray.get(loop.data_ref)
         streamed = {"train": data.train.dataset, "val": data.val.dataset}
     # A fresh run name per (re)start: a Train run that reuses a name resumes its own
     # last checkpoint and would ignore the one Tune hands over (PBT, retries).
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config=loop,
+        train_loop_config={"loop": loop},  # Train takes a dict
         torch_config=TorchConfig(backend="nccl" if setup.use_gpu and not setup.train_on_cpu else "gloo"),
         scaling_config=ray.train.ScalingConfig(
             num_workers=setup.workers,
@@ -240,14 +240,14 @@ def _stable_int(text: str) -> int:
 class _TrainSession(Session):
     """A Ray Train worker of a TorchTrainer (DDP when world > 1)."""
 
-    def __init__(self, loop: dict[str, Any]):
+    def __init__(self, loop: LoopSettings):
         import ray.train
         import ray.train.torch
 
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
-        self.device = torch.device("cpu") if loop["train_on_cpu"] else ray.train.torch.get_device()
-        self.resume_from = loop["resume_from"]
+        self.device = torch.device("cpu") if loop.train_on_cpu else ray.train.torch.get_device()
+        self.resume_from = loop.resume_from
 
     def resume_state(self) -> dict[str, Any] | None:
         import ray.train
@@ -312,6 +312,6 @@ class _TuneSession(Session):
         return dataset  # one worker reads the whole split
 
 
-def train_loop_per_worker(loop: dict[str, Any]) -> None:
+def train_loop_per_worker(config: dict[str, LoopSettings]) -> None:
     """One worker of a TorchTrainer trial."""
-    run_training(loop, _TrainSession(loop))
+    run_training(config["loop"], _TrainSession(config["loop"]))

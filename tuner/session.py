@@ -1,0 +1,79 @@
+"""What a trial's training loop is given and what it talks to: ``LoopSettings`` (its
+settings, resolved by the trial's driver from the sweep and the sampled point) and a
+``Session`` (whatever hosts it: the Tune trial's own process or a Ray Train worker,
+tuner/trial.py), and the one way an epoch is reported with its checkpoint.
+
+Both the real loop (tuner/loop.py) and the synthetic one (tuner/synthetic.py) build on
+this module, so neither imports the other's host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+@dataclasses.dataclass
+class LoopSettings:
+    """One trial's loop, as its driver resolved it (plain values and an object ref: it is
+    pickled to each Ray Train worker of a TorchTrainer trial)."""
+
+    train: dict[str, Any]  # the train section with the trial's sampled values
+    model_name: str
+    model_options: dict[str, Any]  # the model section with the trial's sampled values, minus name
+    data_ref: Any  # the data set's ObjectRef (in memory) or its StreamingData
+    threads: int  # torch threads: the worker's CPUs
+    seed: int  # the sweep's seed plus one of the trial's own
+    trial_id: str
+    entered_at: float  # wall clock when the trial function began
+    augment: tuple[str, ...] = ()  # data.augment (or the trial's sampled list)
+    crop_padding: int = 4
+    resume_from: Any = None  # a TorchTrainer trial: Tune's checkpoint to start from (a Checkpoint)
+    train_on_cpu: bool = False  # test-only: GPUs declared to Ray, none present
+    fail_once_at_epoch: int | None = None  # test-only: raise once at this epoch
+    fail_marker: str = ""  # test-only: the file that says the fault has happened
+
+
+class Session:
+    """What the loop needs from whatever runs it: its rank, device, resume state, reports."""
+
+    rank: int
+    world: int
+    device: torch.device
+
+    def resume_state(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        raise NotImplementedError
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
+        raise NotImplementedError
+
+    def dataset_shard(self, name: str, dataset: Any) -> Any:
+        """This rank's part of a streamed split (a Ray Dataset or DataIterator)."""
+        raise NotImplementedError
+
+
+def load_state(path: str | os.PathLike) -> dict[str, Any]:
+    """A tuner checkpoint's state dict (tensors and plain values only: weights_only)."""
+    return torch.load(Path(path) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+
+
+def report_epoch(
+    session: Session, metrics: dict[str, Any], state: dict[str, Any] | None, epoch: int, trial: str
+) -> None:
+    """Report an epoch with its checkpoint: ``state`` (the model's and more) saved with
+    the epoch and trial it belongs to; None on the ranks other than 0, which save none."""
+    with tempfile.TemporaryDirectory() as folder:
+        if state is not None:
+            torch.save({**state, "epoch": epoch, "trial_id": trial}, Path(folder) / CHECKPOINT_FILE)
+        session.report(metrics, folder if state is not None else None)
