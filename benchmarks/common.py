@@ -74,7 +74,7 @@ def write_result(path: str, **result: Any) -> None:
 
 
 def build_cnn(budget: Budget, dropout: float = 0.25) -> nn.Module:
-    from tuner.models import MnistCnn  # imports torch
+    from tuner.models.builtin import MnistCnn  # imports torch
 
     return MnistCnn(1, 10, 28, dropout=dropout, **budget.model)
 
@@ -85,7 +85,7 @@ class Tensors:
     def __init__(self, budget: Budget):
         import torch
 
-        from tuner.data import DATASETS, load_split, normalise, resolve_root, split_indices
+        from tuner.data.datasets import DATASETS, load_split, normalise, resolve_root, split_indices
 
         root = resolve_root(budget.data_root)
         full = load_split("mnist", root, True)

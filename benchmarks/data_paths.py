@@ -8,7 +8,7 @@ It writes an image folder of real MNIST digits (PNG, ``train/<digit>/`` and ``va
 then runs each contestant as a child process, one at a time, measuring its wall time and
 the peak PSS of its whole process tree (Ray's workers included; ``run.TreeMemory``):
 
-- ``decode_parallel``: ``tuner.data.OwnData``, listed and header-checked, then decoded
+- ``decode_parallel``: ``tuner.data.datasets.OwnData``, listed and header-checked, then decoded
   with Ray Data over the machine's CPUs (a cold cache), as a sweep does;
 - ``decode_cached``: the same again: the decode cache answers;
 - ``decode_serial``: tuner's decode in one process, no Ray;
@@ -42,8 +42,8 @@ sys.path.insert(0, str(REPO))
 # --- the contestants, each in a child process ------------------------------------------------
 def _plan(folder: str, cache: str):
     os.environ["TUNER_CACHE_DIR"] = cache
-    from tuner.config import DataConfig
-    from tuner.data import OwnData
+    from tuner.data.datasets import OwnData
+    from tuner.spec.config import DataConfig
 
     config = DataConfig(dataset="image_folder", path=folder, channels=1)
     return OwnData.plan(config, seed=0)
@@ -53,8 +53,7 @@ def decode_parallel(folder: str, cache: str) -> dict:
     import ray
 
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    from tuner import sources
-
+    from tuner.data import sources
     sources.quiet_ray_data()
     started = time.perf_counter()
     plan = _plan(folder, cache)
@@ -153,7 +152,7 @@ CONTESTANTS = [
 def build_folder(root: Path, count: int) -> None:
     from PIL import Image
 
-    from tuner.data import load_split, resolve_root
+    from tuner.data.datasets import load_split, resolve_root
 
     full = load_split("mnist", resolve_root(None), True)
     n_val = count // 10

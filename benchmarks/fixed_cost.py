@@ -35,7 +35,10 @@ def child(out: Path, argv: list[str]) -> None:
     import ray
     from ray import tune
 
-    from tuner import cli, export, sweep, tracking  # the CLI's own imports, and those it makes later
+    from tuner import cli  # the CLI's own imports, and those it makes later
+    from tuner.driver import sweep
+    from tuner.results import export
+    from tuner.tracking import mlflow_runs as tracking
 
     imported = time.time()
 
@@ -96,7 +99,7 @@ def main() -> None:
 
 
 def summarise(out: Path, started: float, exited: float) -> dict:
-    from tuner.store import SweepPaths, read_timeline, trial_histories
+    from tuner.folder.store import SweepPaths, read_timeline, trial_histories
 
     inner = json.loads((out / "child.json").read_text())
     sweep_dir = next(p.parents[1] for p in (out / "runs").glob("*/best/metrics.json"))

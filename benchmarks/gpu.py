@@ -44,8 +44,8 @@ def raw_loop(out: Path) -> None:
     import torch
     from torch import nn
 
-    from tuner.data import DATASETS, load_split, normalise, resolve_root, split_indices
-    from tuner.models import MnistCnn
+    from tuner.data.datasets import DATASETS, load_split, normalise, resolve_root, split_indices
+    from tuner.models.builtin import MnistCnn
 
     device = torch.device("cuda", 0)
     torch.manual_seed(0)

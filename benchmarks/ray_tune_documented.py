@@ -28,7 +28,7 @@ def train_fn_per_worker(config: dict) -> None:
     from torch import nn
     from torch.utils.data import DataLoader, Subset
 
-    from tuner.data import split_indices
+    from tuner.data.datasets import split_indices
 
     budget = Budget.from_json(config["budget"])
     torch.set_num_threads(1)

@@ -4,7 +4,7 @@
     python benchmarks/scaling.py --trials 10 --trials 100         # fewer sizes
     python benchmarks/scaling.py --schedulers                     # ASHA, HyperBand, PBT at scale (~5 min)
 
-Every contestant runs the same synthetic trial (tuner/synthetic.py): each epoch sleeps
+Every contestant runs the same synthetic trial (tuner/trial/synthetic.py): each epoch sleeps
 ``--epoch-s`` and reports a known noisy learning curve of ``lr`` (log-uniform, random
 search), 10 epochs, no scheduler, two trials at a time on a 2-core machine:
 
@@ -74,8 +74,9 @@ def sweep_yaml(folder: Path, trials: int, epoch_s: float, scheduler: dict | None
 def child_tuner(folder: Path, trials: int, epoch_s: float) -> dict:
     """The sweep in this process (so that its CPU, memory and MLflow calls are this
     process's), then the read commands as fresh processes."""
-    from tuner import cli, tracking
-    from tuner.store import SweepPaths, trial_histories
+    from tuner import cli
+    from tuner.folder.store import SweepPaths, trial_histories
+    from tuner.tracking import mlflow_runs as tracking
 
     spent = {"s": 0.0, "calls": 0, "depth": 0}
     plain = tracking._retrying
@@ -129,8 +130,7 @@ def child_ray_tune(folder: Path, trials: int, epoch_s: float) -> dict:
     import ray
     from ray import tune
 
-    from tuner import synthetic
-
+    from tuner.trial import synthetic
     def objective(config: dict) -> None:
         entered, skill = time.time(), 0.0
         for epoch in range(1, EPOCHS + 1):
@@ -169,8 +169,7 @@ def child_ray_tune(folder: Path, trials: int, epoch_s: float) -> dict:
 def child_optuna(folder: Path, trials: int, epoch_s: float) -> dict:
     import optuna
 
-    from tuner import synthetic
-
+    from tuner.trial import synthetic
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     records = []
 
@@ -222,8 +221,8 @@ def scheduler_check(name: str, folder: Path, epoch_s: float) -> dict:
     """One synthetic sweep under a scheduler; what its trials did, rung by rung."""
     import yaml
 
-    from tuner.store import SweepPaths, trial_histories
-    from tuner.synthetic import OPTIMUM_LR
+    from tuner.folder.store import SweepPaths, trial_histories
+    from tuner.trial.synthetic import OPTIMUM_LR
 
     scheduler, trials = SCHEDULER_RUNS[name]
     folder.mkdir(parents=True, exist_ok=True)

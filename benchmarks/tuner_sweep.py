@@ -46,7 +46,7 @@ def sweep_file(budget: Budget, folder: Path, workers: int, max_concurrent: int |
 
 def timings(sweep_dir: Path) -> dict:
     """Per-trial overheads from the sweep's own records (history and timeline)."""
-    from tuner.store import SweepPaths, read_timeline, trial_histories
+    from tuner.folder.store import SweepPaths, read_timeline, trial_histories
 
     paths = SweepPaths(sweep_dir)
     histories = trial_histories(paths)
@@ -83,8 +83,8 @@ def best_curve(sweep_dir: Path, budget: Budget) -> list[tuple[float, float, floa
     with its test accuracy: each improvement's own checkpoint, scored after the sweep."""
     from common import Tensors, accuracy, build_cnn
 
-    from tuner.session import load_state
-    from tuner.store import SweepPaths, trial_histories
+    from tuner.folder.store import SweepPaths, trial_histories
+    from tuner.trial.session import load_state
 
     epochs = []
     for trial_id, rows in trial_histories(SweepPaths(sweep_dir)).items():

@@ -72,9 +72,9 @@ def assert_no_leaks(timeout_s: float = 60.0) -> None:
 
 def recorded_sweep(tmp_path: Path, trials: int = 2) -> tuple[Path, Any]:
     """A real MLflow store written through tuner.tracking (no Ray): a parent and ``trials`` children."""
-    from tuner.config import SweepConfig
-    from tuner.store import SweepPaths
-    from tuner.tracking import SweepRecord
+    from tuner.folder.store import SweepPaths
+    from tuner.spec.config import SweepConfig
+    from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "ui_check", "output_dir": str(tmp_path / "runs")})
     sweep_dir = tmp_path / "runs" / "ui_check"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tuner import augment
+from tuner.data import augment
 
 
 def _batch(n: int = 64) -> torch.Tensor:

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from tuner.cli import main
-from tuner.config import SweepConfig
-from tuner.store import SweepPaths, append_history
+from tuner.folder.store import SweepPaths, append_history
+from tuner.spec.config import SweepConfig
 
 
 def _made_up_folder(tmp_path: Path, trials: list[tuple[str, int]], num_samples: int) -> Path:
@@ -103,7 +103,7 @@ def test_a_data_path_that_is_not_a_folder_is_one_line_naming_the_sweep_file_and_
 
 def test_the_outcome_of_a_smoke_run_says_its_model_was_logged_not_registered(tmp_path, capsys):
     from tuner.cli import _print_outcome
-    from tuner.config import load_sweep
+    from tuner.spec.config import load_sweep
 
     sweep = load_sweep("mnist_asha", [f"output_dir={tmp_path}"], smoke=True)
     paths = SweepPaths(tmp_path / "mnist_asha")

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from tuner.cli import EXIT_USER_ERROR, main
-from tuner.config import EXPERIMENTS_DIR, SMOKE_OVERRIDES, SweepConfig, load_sweep, resolve_sweep_path
 from tuner.errors import ConfigError
-from tuner.spaces import ParamSpec
-from tuner.yamlio import parse_scalar
+from tuner.spec.config import EXPERIMENTS_DIR, SMOKE_OVERRIDES, SweepConfig, load_sweep, resolve_sweep_path
+from tuner.spec.spaces import ParamSpec
+from tuner.spec.yamlio import parse_scalar
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(EXPERIMENTS_DIR.glob("*.yaml"))

@@ -10,9 +10,9 @@ import pytest
 import torch
 from integration_helpers import data_root
 
-from tuner.data import load_test_split, load_training_data, normalise
+from tuner.data.datasets import load_test_split, load_training_data, normalise
 from tuner.errors import TunerError
-from tuner.models import build_model
+from tuner.models.builtin import build_model
 
 
 def test_mnist_is_read_from_the_idx_files_with_a_seeded_disjoint_validation_split():

@@ -6,8 +6,8 @@ import pytest
 from conftest import require
 from integration_helpers import assert_no_leaks, data_root
 
-from tuner.config import EXPERIMENTS_DIR, load_sweep
-from tuner.sweep import run_sweep
+from tuner.driver.sweep import run_sweep
+from tuner.spec.config import EXPERIMENTS_DIR, load_sweep
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -27,7 +27,7 @@ def image_folder(tmp_path_factory):
     folder experiment a user copies."""
     from PIL import Image
 
-    from tuner.data import load_split, resolve_root
+    from tuner.data.datasets import load_split, resolve_root
 
     root = tmp_path_factory.mktemp("my_images")
     for split, train, count in (("train", True, 2000), ("test", False, 500)):

@@ -10,10 +10,18 @@ import numpy as np
 import pytest
 import torch
 
-from tuner.data import DATASETS
+from tuner.data.datasets import DATASETS
 from tuner.errors import TunerError
-from tuner.export import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SCRIPT_FILE, check_destination, load_best, write_package
-from tuner.models import MnistCnn
+from tuner.models.builtin import MnistCnn
+from tuner.results.export import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    SCRIPT_FILE,
+    check_destination,
+    load_best,
+    write_package,
+)
 
 OPTIONS = {"conv1": 4, "conv2": 8, "hidden": 16, "dropout": 0.0, "fc_dropout": 0.0}
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from integration_helpers import assert_no_leaks, small_sweep
 
-from tuner.config import SweepConfig
-from tuner.store import read_timeline
-from tuner.sweep import run_sweep
+from tuner.driver.sweep import run_sweep
+from tuner.folder.store import read_timeline
+from tuner.spec.config import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

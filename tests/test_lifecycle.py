@@ -19,7 +19,7 @@ from integration_helpers import (
     wait_for_results,
 )
 
-from tuner.store import SweepPaths, trial_histories
+from tuner.folder.store import SweepPaths, trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import yaml
 
-from tuner.config import SweepConfig
+from tuner.spec.config import SweepConfig
 
 
 def _finish(tmp_path: Path, register: bool) -> tuple[Any, str | None]:
     """A sweep's record, finished with a small CNN as its best model; (record, finish's answer)."""
-    from tuner.export import ExportedModel
-    from tuner.models import build_model
-    from tuner.store import SweepPaths
-    from tuner.tracking import SweepRecord
+    from tuner.folder.store import SweepPaths
+    from tuner.models.builtin import build_model
+    from tuner.results.export import ExportedModel
+    from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate(
         {"name": "reg", "output_dir": str(tmp_path / "runs"), "tracking": {"mlflow": {"registry": register}}}

@@ -23,8 +23,8 @@ from integration_helpers import (
     venv_env,
 )
 
-from tuner import remote
-from tuner.store import SweepPaths, trial_histories
+from tuner.folder import remote
+from tuner.folder.store import SweepPaths, trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from integration_helpers import data_root, small_sweep
 
-from tuner.config import SweepConfig
-from tuner.data import load_split, load_test_split, resolve_root, split_indices
-from tuner.store import trial_histories
-from tuner.sweep import run_sweep
+from tuner.data.datasets import load_split, load_test_split, resolve_root, split_indices
+from tuner.driver.sweep import run_sweep
+from tuner.folder.store import trial_histories
+from tuner.spec.config import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -197,8 +197,7 @@ def test_a_streamed_trial_resumes_from_its_checkpoint_and_ddp_workers_read_their
 def test_ray_datas_parallel_decode_gives_the_same_pixels_in_the_same_order(small_store_ray, digits):
     """Sweeps use it where decoding in the driver would take over 20 s (large sets):
     the same array as decoding here."""
-    from tuner import sources
-
+    from tuner.data import sources
     listing = sources.list_image_folder(str(digits / "folder")).splits["train"]
     parallel = sources.decode_in_parallel(listing, 20, 1)  # resized, so the decoder does real work
     assert parallel.shape == (2700, 1, 20, 20)

@@ -24,10 +24,10 @@ import torch
 import yaml
 from conftest import require
 
-from tuner.data import DATASETS, load_test_split, normalise, resolve_root
+from tuner.data.datasets import DATASETS, load_test_split, normalise, resolve_root
 from tuner.errors import TunerError
-from tuner.export import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SCRIPT_FILE, load_best, write_package
-from tuner.models import MnistCnn
+from tuner.models.builtin import MnistCnn
+from tuner.results.export import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SCRIPT_FILE, load_best, write_package
 
 TRAIN_IMAGES = 5000
 MODEL_OPTIONS = {"conv1": 8, "conv2": 16, "hidden": 32, "dropout": 0.25, "fc_dropout": 0.5}
@@ -261,7 +261,7 @@ def test_npy_and_png_folder_inputs_predict_the_same(exports, tmp_path):
 
 
 def test_idx_file_input_matches_the_data_set_split(exports, test_set_classes, tmp_path):
-    from tuner.predict import predict_to_csv
+    from tuner.results.predict import predict_to_csv
 
     idx = resolve_root(None) / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz"
     require(idx.is_file(), f"{idx} not found")

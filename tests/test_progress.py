@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuner.progress import _SHOWING, Progress, Reporter, make_callback
-from tuner.store import BestEpoch
+from tuner.driver.progress import _SHOWING, Progress, Reporter, make_callback
+from tuner.folder.store import BestEpoch
 
 
 def _trial(trial_id: str, lr: float, status: str = "RUNNING", epoch: int = 0, value: float | None = None):
@@ -172,7 +172,7 @@ def test_a_sweep_line_on_a_closed_stdout_goes_to_devnull_and_nothing_fails_at_ex
 
     script = (
         "import sys\n"
-        "from tuner.progress import show\n"
+        "from tuner.driver.progress import show\n"
         "shown = [show('x' * 99) for _ in range(5000)]\n"  # 500 KB: more than a pipe holds
         "print('the outcome, after the reader has gone')\n"
         "sys.exit(0 if not all(shown) else 3)\n"

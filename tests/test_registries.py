@@ -25,8 +25,8 @@ from ray.tune.schedulers.async_hyperband import AsyncHyperBandScheduler
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
 from ray.tune.search.sample import Domain
 
-from tuner import config, schedulers, searchers, spaces
-from tuner.config import SweepConfig
+from tuner.spec import config, schedulers, searchers, spaces
+from tuner.spec.config import SweepConfig
 
 METRIC, MODE = "val_accuracy", "max"
 EPOCHS = 4
@@ -34,7 +34,7 @@ EPOCHS = 4
 SCHEDULER_CLASSES = {
     "fifo": FIFOScheduler,
     "asha": AsyncHyperBandScheduler,  # what tune.schedulers.ASHAScheduler names
-    "hyperband": HyperBandScheduler,  # tuner's subclass: tuner/hyperband.py
+    "hyperband": HyperBandScheduler,  # tuner's subclass: tuner/spec/hyperband.py
     "median": MedianStoppingRule,
     "pbt": PopulationBasedTraining,
     "bohb": HyperBandForBOHB,  # likewise

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from integration_helpers import s3_server, small_sweep, start_sweep, tuner_cli
 
-from tuner import remote
+from tuner.folder import remote
 
 pytestmark = pytest.mark.integration
 BUCKET = "tuner-test"  # s3_server's

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from integration_helpers import small_sweep, tuner_cli
 
-from tuner import report
-from tuner.config import SweepConfig
-from tuner.results import TrialSummary
-from tuner.store import SweepPaths
+from tuner.folder.store import SweepPaths
+from tuner.results import report
+from tuner.results.summaries import TrialSummary
+from tuner.spec.config import SweepConfig
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -180,7 +180,7 @@ def _parse(html_text: str) -> _Page:
 
 
 def test_report_files_are_copied_straight_only_into_an_artifact_folder_on_this_machine():
-    from tuner.tracking import _local_folder
+    from tuner.tracking.mlflow_runs import _local_folder
 
     assert _local_folder("file:///srv/mlartifacts/1/abc/artifacts") == Path("/srv/mlartifacts/1/abc/artifacts")
     assert _local_folder("file:///srv/my%20runs/abc") == Path("/srv/my runs/abc")
@@ -226,7 +226,7 @@ def _report(*args: str) -> subprocess.CompletedProcess:
 def test_the_report_of_a_sweep_has_every_plot_and_trial_and_is_logged_to_mlflow(sweeps, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from tuner.store import read_mlflow_state, trial_histories, write_mlflow_state
+    from tuner.folder.store import read_mlflow_state, trial_histories, write_mlflow_state
 
     root = sweeps["asha"]
     (root / "report").mkdir()
@@ -249,7 +249,7 @@ def test_the_report_of_a_sweep_has_every_plot_and_trial_and_is_logged_to_mlflow(
     assert {"lr", "dropout", "best val_accuracy", "ended"} <= set(header)
     ended = {row[0]: row[header.index("ended")] for row in trial_rows}
     # How each ended, as the sweep's records say (which trials ASHA stops depends on timing).
-    from tuner.results import open_sweep, trial_summaries
+    from tuner.results.summaries import open_sweep, trial_summaries
 
     summaries = {t.trial_id: t for t in trial_summaries(*open_sweep(root))}
     for trial_id, label in ended.items():

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.config import SweepConfig
+from tuner.driver.sweep import concurrent_trials, decide_gpu
 from tuner.errors import TunerError
-from tuner.sweep import concurrent_trials, decide_gpu
-from tuner.trial import WORKER_CPU_TOKEN, TrialSetup, trial_bundles, worker_resources
+from tuner.spec.config import SweepConfig
+from tuner.trial.runner import WORKER_CPU_TOKEN, TrialSetup, trial_bundles, worker_resources
 
 
 def _sweep(**scaling) -> SweepConfig:
@@ -87,7 +87,7 @@ def test_a_torch_trainer_trial_reserves_one_bundle_per_worker_and_its_workers_a_
     ],
 )
 def test_trials_are_capped_at_the_slots_only_where_tune_cannot_see_the_gpus(direct, use_gpu, user_cap, expected):
-    from tuner.searchers import build_searcher
+    from tuner.spec.searchers import build_searcher
 
     trials = {"max_concurrent": user_cap} if user_cap else {}
     scaling = {"runner": "direct"} if direct else {"workers": 2}

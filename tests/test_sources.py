@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from integration_helpers import data_root
 
-from tuner import sources
-from tuner.data import load_split, resolve_root
+from tuner.data import sources
+from tuner.data.datasets import load_split, resolve_root
 from tuner.errors import TunerError
 
 
@@ -117,11 +117,11 @@ def test_a_bad_image_folder_is_one_line_naming_the_file(tmp_path, case, words):
 def test_a_data_path_error_names_the_sweep_file_and_line_of_data_path_in_a_sweep_and_a_resume(tmp_path):
     """Raised where the data are listed, without a file; located by the sweep that plans
     them: in the sweep file, and in a resumed sweep's folder, in its sweep.yaml."""
-    from tuner.config import load_sweep
+    from tuner.driver.sweep import _load_data, save_resolved_config
     from tuner.errors import ConfigError
-    from tuner.results import open_sweep
-    from tuner.store import SweepPaths
-    from tuner.sweep import _load_data, save_resolved_config
+    from tuner.folder.store import SweepPaths
+    from tuner.results.summaries import open_sweep
+    from tuner.spec.config import load_sweep
 
     missing = tmp_path / "nowhere"
     with pytest.raises(ConfigError, match=rf"^data\.path: {re.escape(str(missing))} is not a folder$"):
@@ -167,8 +167,8 @@ def test_a_missing_label_column_names_the_columns_there(tmp_path):
 
 
 def test_an_image_folder_becomes_training_data_with_its_classes_and_statistics(tmp_path):
-    from tuner.config import DataConfig
-    from tuner.data import DATASETS, load_data
+    from tuner.data.datasets import DATASETS, load_data
+    from tuner.spec.config import DataConfig
 
     root = _folder(tmp_path / "digits", {"train": 400, "test": 40})
     data = load_data(DataConfig(dataset="image_folder", path=str(root), channels=1, val_fraction=0.25), seed=0)
@@ -194,8 +194,8 @@ def test_headers_are_checked_without_decoding_and_name_the_odd_file(tmp_path):
 
 
 def test_a_plan_streams_by_size_decodes_here_when_small_then_reads_its_cache_with_the_same_statistics(tmp_path):
-    from tuner.config import DataConfig
-    from tuner.data import OwnData, TrainingData
+    from tuner.data.datasets import OwnData, TrainingData
+    from tuner.spec.config import DataConfig
 
     root = _folder(tmp_path / "digits", {"train": 400, "test": 40})
     config = DataConfig(dataset="image_folder", path=str(root), channels=1, val_fraction=0.25)
@@ -318,8 +318,8 @@ def test_bad_own_data_is_one_line_exit_2_before_ray_and_writes_nothing(tmp_path,
 
 
 def test_what_the_export_reads_is_listed_once_for_built_in_and_own_data(tmp_path):
-    from tuner.config import DataConfig
-    from tuner.data import DATASETS, held_out
+    from tuner.data.datasets import DATASETS, held_out
+    from tuner.spec.config import DataConfig
 
     mnist = held_out(DataConfig(dataset="mnist", root=str(data_root()), download=False), seed=0)
     assert mnist.describe()["mean"] == list(DATASETS["mnist"].mean) and mnist.describe()["num_classes"] == 10

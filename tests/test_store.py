@@ -1,4 +1,4 @@
-"""The sweep folder's owner (tuner/store.py): claiming, locking, writes that are whole or
+"""The sweep folder's owner (tuner/folder/store.py): claiming, locking, writes that are whole or
 absent (on a real, full filesystem), corrupt records named in one line, and "best".
 
 No Ray: these are the rules every command relies on.
@@ -20,7 +20,7 @@ from unittest.mock import ANY
 import pytest
 
 from tuner.errors import TunerError
-from tuner.store import (
+from tuner.folder.store import (
     LOCK_FILE,
     StorageError,
     SweepLock,
@@ -72,7 +72,7 @@ def test_a_new_sweep_claims_its_name_then_numbered_folders(tmp_path):
 
 
 def test_processes_claiming_at_once_get_different_folders(tmp_path):
-    script = "import sys; from tuner.store import claim_new; print(claim_new(sys.argv[1], 'same').root.name)"
+    script = "import sys; from tuner.folder.store import claim_new; print(claim_new(sys.argv[1], 'same').root.name)"
     processes = [
         subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=REPO)
         for _ in range(4)
@@ -106,7 +106,7 @@ def test_a_second_process_is_refused_with_the_holders_pid_and_a_killed_holder_le
                 f"""
                 import time
                 from pathlib import Path
-                from tuner.store import SweepLock, SweepPaths
+                from tuner.folder.store import SweepLock, SweepPaths
                 with SweepLock(SweepPaths(Path({str(paths.root)!r}))):
                     print("held", flush=True)
                     time.sleep(120)
@@ -251,7 +251,7 @@ def test_an_ended_trial_keeps_its_best_checkpoints_and_its_last(tmp_path):
     checkpoint folders, all but its ``keep`` best by the metric and its last go."""
     import pyarrow.fs
 
-    from tuner.store import kept_checkpoints, prune_checkpoints
+    from tuner.folder.store import kept_checkpoints, prune_checkpoints
 
     rows = [
         {"training_iteration": epoch, "val_accuracy": accuracy, "checkpoint_dir_name": f"checkpoint_{epoch - 1:06d}"}

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from integration_helpers import assert_no_leaks, data_root, small_sweep
 
-from tuner.config import SweepConfig
-from tuner.store import trial_histories
-from tuner.sweep import run_sweep
+from tuner.driver.sweep import run_sweep
+from tuner.folder.store import trial_histories
+from tuner.spec.config import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -63,7 +63,7 @@ def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ra
 
     script = (
         "import sys, numpy as np\n"
-        "from tuner.export import load_best\n"
+        "from tuner.results.export import load_best\n"
         "from tuner.data import load_test_split\n"
         f"exported = load_best({str(best_dir)!r})\n"
         f"test = load_test_split('mnist', {str(data_root())!r}, download=False)\n"
@@ -160,8 +160,7 @@ def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_pat
     assert row["epoch"] > 1
     assert any(r["epoch"] == row["epoch"] - 1 for r in donor_rows)
     # The report marks the exploit on the clone's learning curve, naming the donor.
-    from tuner import report
-
+    from tuner.results import report
     shown = report.read(outcome.paths.root)
     assert (int(row["training_iteration"]), row["resumed_from"]) in report.exploits(shown, trial_id)
     assert_no_leaks()
@@ -224,8 +223,8 @@ def test_trials_map_the_nodes_one_copy_of_the_data(local_ray):
     import numpy as np
     import torch
 
-    from tuner.data import Split, TrainingData
-    from tuner.loop import InMemoryData
+    from tuner.data.datasets import Split, TrainingData
+    from tuner.trial.loop import InMemoryData
 
     split = Split(np.zeros((2000, 1, 28, 28), dtype=np.uint8), np.zeros(2000, dtype=np.int64))
     data = TrainingData("mnist", split, split, (0.1,), (0.3,), 10, 1, 28)

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from integration_helpers import data_root, mlflow_children, small_sweep, start_sweep, tuner_cli, wait_for_results
 
-from tuner.store import STATE_COPY_SUFFIX, SweepPaths, best_epoch, trial_histories
+from tuner.folder.store import STATE_COPY_SUFFIX, SweepPaths, best_epoch, trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
@@ -227,8 +227,8 @@ def test_resume_retries_an_errored_trial_from_its_checkpoint(tmp_path, ray_tmp):
 
 # --- export --to, and bad inputs through the CLI -------------------------------------------------
 def test_export_to_a_folder_as_torchscript_loads_back_and_agrees(finished, tmp_path):
-    from tuner.data import load_test_split
-    from tuner.export import load_best
+    from tuner.data.datasets import load_test_split
+    from tuner.results.export import load_best
 
     _, root = finished
     target = tmp_path / "exported"

@@ -1,4 +1,4 @@
-"""The synthetic trial (tuner/synthetic.py) and the scaling benchmark that uses it.
+"""The synthetic trial (tuner/trial/synthetic.py) and the scaling benchmark that uses it.
 
 The curve's functions are pure; the sweep goes through the whole machinery for real
 (the CLI, local Ray, MLflow in sqlite, TensorBoard, the export), with ASHA, whose
@@ -19,7 +19,7 @@ import pytest
 import yaml
 from integration_helpers import tuner_cli
 
-from tuner import synthetic
+from tuner.trial import synthetic
 
 REPO = Path(__file__).resolve().parents[1]
 

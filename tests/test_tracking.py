@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from integration_helpers import data_root, small_sweep
 
-from tuner.config import SweepConfig
-from tuner.data import load_test_split
-from tuner.store import trial_histories
-from tuner.sweep import run_sweep
+from tuner.data.datasets import load_test_split
+from tuner.driver.sweep import run_sweep
+from tuner.folder.store import trial_histories
+from tuner.spec.config import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -39,7 +39,7 @@ def finished(local_ray, tmp_path_factory):
 def client(finished):
     from mlflow.tracking import MlflowClient
 
-    from tuner.tracking import tracking_uri
+    from tuner.tracking.mlflow_runs import tracking_uri
 
     return MlflowClient(tracking_uri(finished[0]))
 
@@ -92,7 +92,7 @@ def _served(sweep, client):
     """The registered model as anyone loads it: ``models:/it_cnn/<version>`` with pyfunc."""
     import mlflow.pyfunc
 
-    from tuner.tracking import _fluent_uri, tracking_uri
+    from tuner.tracking.mlflow_runs import _fluent_uri, tracking_uri
 
     [version] = client.search_model_versions("name='it_cnn'")
     # As a user would point MLflow at the store; restored after (it leaks into the
@@ -141,7 +141,7 @@ def test_mlflow_models_serve_and_tuner_predict_agree_with_the_registered_model(f
 
     from integration_helpers import free_port, tuner_cli
 
-    from tuner.tracking import tracking_uri
+    from tuner.tracking.mlflow_runs import tracking_uri
 
     sweep, outcome = finished
     version, model = _served(sweep, client)
@@ -295,8 +295,8 @@ def test_a_run_created_just_before_a_crash_is_adopted_not_made_twice(tmp_path):
     finds the trial's run by its tags and keeps logging into it."""
     from mlflow.tracking import MlflowClient
 
-    from tuner.store import SweepPaths
-    from tuner.tracking import SweepRecord
+    from tuner.folder.store import SweepPaths
+    from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "crash", "output_dir": str(tmp_path / "runs")})
     paths = SweepPaths(tmp_path / "runs" / "crash")
@@ -323,8 +323,8 @@ def test_epochs_queued_when_the_driver_died_are_written_from_the_history(tmp_pat
     written on resume from the history (which the driver appends first), once each."""
     from mlflow.tracking import MlflowClient
 
-    from tuner.store import SweepPaths, append_history, trial_histories
-    from tuner.tracking import SweepRecord
+    from tuner.folder.store import SweepPaths, append_history, trial_histories
+    from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "queued", "output_dir": str(tmp_path / "runs")})
     paths = SweepPaths(tmp_path / "runs" / "queued")
@@ -354,8 +354,8 @@ def test_epochs_written_before_mlflow_json_could_be_saved_are_not_written_twice(
     mlflow.json's last step behind MLflow: the resume asks MLflow, and writes each epoch once."""
     from mlflow.tracking import MlflowClient
 
-    from tuner.store import SweepPaths, append_history, trial_histories
-    from tuner.tracking import SweepRecord
+    from tuner.folder.store import SweepPaths, append_history, trial_histories
+    from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "behind", "output_dir": str(tmp_path / "runs")})
     paths = SweepPaths(tmp_path / "runs" / "behind")
@@ -391,8 +391,8 @@ def test_epochs_of_a_trial_whose_run_the_killed_driver_had_not_recorded_are_writ
     every epoch from 1, once each."""
     from mlflow.tracking import MlflowClient
 
-    from tuner.store import SweepPaths, append_history, trial_histories
-    from tuner.tracking import SweepRecord
+    from tuner.folder.store import SweepPaths, append_history, trial_histories
+    from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "late", "output_dir": str(tmp_path / "runs")})
     paths = SweepPaths(tmp_path / "runs" / "late")

@@ -8,9 +8,9 @@ import time
 import pytest
 from integration_helpers import assert_no_leaks, data_root, small_sweep
 
-from tuner.config import SweepConfig
-from tuner.store import read_timeline, trial_histories
-from tuner.sweep import run_sweep
+from tuner.driver.sweep import run_sweep
+from tuner.folder.store import read_timeline, trial_histories
+from tuner.spec.config import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 LR = 2e-3
@@ -72,10 +72,10 @@ def _train(local_ray, **train) -> tuple[list[dict], dict]:
     """One real trial loop in this process (no Tune): its reports and last checkpoint."""
     import torch
 
-    from tuner.data import load_training_data
-    from tuner.loop import run_training
-    from tuner.session import LoopSettings, Session, load_state
-    from tuner.trial import TrialSetup, resolve_hyperparameters
+    from tuner.data.datasets import load_training_data
+    from tuner.trial.loop import run_training
+    from tuner.trial.runner import TrialSetup, resolve_hyperparameters
+    from tuner.trial.session import LoopSettings, Session, load_state
 
     class Collect(Session):
         rank, world, device = 0, 1, torch.device("cpu")

@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args: argparse.Namespace):
-    from tuner.config import load_sweep
+    from tuner.spec.config import load_sweep
 
     return load_sweep(args.file, args.overrides, smoke=args.smoke)
 
@@ -163,7 +163,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
 
-    from tuner.config import json_schema
+    from tuner.spec.config import json_schema
 
     print(json.dumps(json_schema(), indent=2))
     return 0
@@ -172,7 +172,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         return cmd_validate(args)
-    from tuner.sweep import run_sweep
+    from tuner.driver.sweep import run_sweep
 
     sweep = _load(args)
     outcome = run_sweep(sweep, address=args.address, verbose=args.verbose, **_cluster_timeout(args))
@@ -181,8 +181,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from tuner import jobs
-
+    from tuner.cluster import jobs
     job = jobs.submit(args.file, args.overrides, smoke=args.smoke, address=args.address, **_cluster_timeout(args))
     address = f" --address {job.address}" if job.address else ""
     print(f"submitted job {job.job_id} to {job.address or 'the cluster'}: {job.entrypoint}")
@@ -196,8 +195,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from tuner import jobs
-
+    from tuner.cluster import jobs
     rows = jobs.list_jobs(args.address)
     if not rows:
         print("no tuner jobs on this cluster")
@@ -210,8 +208,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from tuner import jobs
-
+    from tuner.cluster import jobs
     status = jobs.stop(args.job_id, args.address, wait=not args.no_wait)
     print(f"job {args.job_id}: {status}")
     if status == "STOPPED":
@@ -220,8 +217,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from tuner.results import open_sweep
-    from tuner.sweep import run_sweep
+    from tuner.driver.sweep import run_sweep
+    from tuner.results.summaries import open_sweep
 
     sweep, paths = open_sweep(args.folder)
     outcome = run_sweep(sweep, address=args.address, verbose=args.verbose, paths=paths, **_cluster_timeout(args))
@@ -230,7 +227,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tuner.results import best_trial, how_to_continue, open_sweep, trial_summaries
+    from tuner.results.summaries import best_trial, how_to_continue, open_sweep, trial_summaries
 
     sweep, paths = open_sweep(args.folder)
     summaries = trial_summaries(sweep, paths)
@@ -263,7 +260,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from tuner.results import best_trial, open_sweep, trial_summaries
+    from tuner.results.summaries import best_trial, open_sweep, trial_summaries
 
     sweep, paths = open_sweep(args.folder)
     best = best_trial(sweep, paths, trial_summaries(sweep, paths))
@@ -275,7 +272,7 @@ def cmd_best(args: argparse.Namespace) -> int:
         print(f"  {key}: {_short(value)}")
     exported = paths.best / "metrics.json"
     if exported.is_file():
-        from tuner.store import read_json
+        from tuner.folder.store import read_json
 
         metrics = read_json(exported, what="export's metrics.json")
         if metrics.get("trial_id") == best.trial_id and metrics.get("test_accuracy") is not None:
@@ -286,9 +283,9 @@ def cmd_best(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tuner import export
-    from tuner.results import open_sweep, result_grid
-    from tuner.store import SweepLock
+    from tuner.folder.store import SweepLock
+    from tuner.results import export
+    from tuner.results.summaries import open_sweep, result_grid
 
     sweep, paths = open_sweep(args.folder)
     if paths.remote and not args.to:
@@ -314,8 +311,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tuner import report, tracking
-
+    from tuner.results import report
+    from tuner.tracking import mlflow_runs as tracking
     sweeps = [report.read(folder) for folder in [args.folder, args.other] if folder]
     out = Path(args.out).expanduser().resolve() if args.out else report.default_out(sweeps)
     files = report.write(sweeps, out)
@@ -334,7 +331,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from tuner.predict import predict_to_csv
+    from tuner.results.predict import predict_to_csv
 
     if args.batch_size < 1:
         raise TunerError(f"predict --batch-size: must be >= 1, but got {args.batch_size}")
@@ -349,8 +346,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tuner.remote import is_uri
-    from tuner.ui import serve
+    from tuner.folder.remote import is_uri
+    from tuner.results.ui import serve
 
     if is_uri(args.output):
         raise TunerError(
@@ -364,7 +361,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def _best_where(paths: Any) -> str:
     """Where a sweep's best/ is, as users reach it: at its URI, else on disk."""
-    from tuner.remote import join
+    from tuner.folder.remote import join
 
     return join(paths.remote, "best") if paths.remote else str(paths.best)
 
@@ -380,14 +377,14 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bo
         print("  hyperparameters: " + ", ".join(f"{k}={_short(v)}" for k, v in hyper.items()))
     print(f"  exported to {_best_where(paths)}")
     if metrics.get("model_version"):
-        from tuner.tracking import registered_model_name, tracking_uri
+        from tuner.tracking.mlflow_runs import registered_model_name, tracking_uri
 
         print(
             f"  MLflow: {tracking_uri(sweep)}, registered model "
             f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
         )
     elif sweep.tracking.mlflow.enabled and not sweep.tracking.mlflow.registry:
-        from tuner.tracking import tracking_uri
+        from tuner.tracking.mlflow_runs import tracking_uri
 
         why = "a --smoke run" if smoke else "tracking.mlflow.registry: false"
         print(f"  MLflow: {tracking_uri(sweep)}, model logged on the sweep's run, not registered ({why})")
@@ -442,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # ``tuner best runs/x | head -2``: the reader has what it wanted. Exit quietly, as
         # ``git log | head`` does; what is still buffered for stdout goes to os.devnull.
-        from tuner.progress import quiet_stdout
+        from tuner.driver.progress import quiet_stdout
 
         quiet_stdout()
         return 0
@@ -455,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         print("tuner: interrupted", file=sys.stderr)
         return 130
     except OSError as error:
-        from tuner.store import MACHINE_ERRNOS
+        from tuner.folder.store import MACHINE_ERRNOS
 
         if args.debug or error.errno not in MACHINE_ERRNOS:  # the machine refused a write or a read
             raise
@@ -463,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tuner: error: {where}{error.strerror}; what was recorded before it is kept", file=sys.stderr)
         return EXIT_USER_ERROR
     except Exception as error:
-        from tuner.sweep import SweepInterrupted
+        from tuner.driver.sweep import SweepInterrupted
 
         if not isinstance(error, SweepInterrupted):
             raise

@@ -4,7 +4,7 @@ Only a sweep's driver process writes to MLflow (a Tune callback), so its concurr
 trials never contend for the sqlite store. Several sweeps may share one store (the
 default ``<output_dir>/mlflow.db``): its creation is serialised with a file lock and
 every call that meets "database is locked" is retried with back-off, so no record is
-lost. ``<sweep>/mlflow.json`` (kept by tuner/store.py) maps trials to their runs, so a
+lost. ``<sweep>/mlflow.json`` (kept by tuner/folder/store.py) maps trials to their runs, so a
 resumed sweep, a PBT clone or a retried trial keeps writing to the run it already has
 (no duplicates) and each metric history stays monotone in step.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import importlib.util
 import io
 import json
 import os
@@ -29,11 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from tuner import store
-from tuner.config import SweepConfig
 from tuner.errors import TunerError
-from tuner.store import TRIAL_METRICS, SweepPaths
+from tuner.folder import store
+from tuner.folder.store import TRIAL_METRICS, SweepPaths
+from tuner.spec.config import SweepConfig
 
+# MLflow loads this file by itself ("models from code"): named by path, never imported here
+SERVED_MODEL_FILE = importlib.util.find_spec("tuner.results.served_model").origin
 LOCKED_SECONDS = 300.0  # how long a call keeps retrying a locked store
 FLUSH_S = 2.0  # the longest a trial's epoch waits to be written to MLflow
 
@@ -265,7 +268,7 @@ class SweepRecord:
         """Log the best metrics and model on the parent run, register it; returns the version
         (None when ``tracking.mlflow.registry`` is false, as for a --smoke run: logged only).
 
-        The model is tuner/served_model.py: uint8 images in, classes and probabilities out.
+        The model is tuner/results/served_model.py: uint8 images in, classes and probabilities out.
         """
         import mlflow
 
@@ -293,7 +296,7 @@ class SweepRecord:
                 artifacts, signature = served_model_files(exported, Path(folder))
                 return mlflow.pyfunc.log_model(
                     name="model",
-                    python_model=str(Path(__file__).with_name("served_model.py")),
+                    python_model=SERVED_MODEL_FILE,
                     artifacts=artifacts,
                     signature=signature,
                     input_example=np.array(exported.example),
@@ -332,7 +335,7 @@ class SweepRecord:
 
 
 def log_report(paths: SweepPaths, files: list[Path], artifact_path: str) -> str | None:
-    """Log a report's files (tuner/report.py) on the sweep's parent run; returns the run
+    """Log a report's files (tuner/results/report.py) on the sweep's parent run; returns the run
     id, or None for a sweep that recorded no MLflow run.
 
     Where the run's artifacts are a local folder (the default store), the files are
@@ -441,7 +444,7 @@ def served_model_files(exported: Any, folder: Path) -> tuple[dict[str, str], Any
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema, TensorSpec
 
-    from tuner.data import CLASS_NAMES
+    from tuner.data.datasets import CLASS_NAMES
 
     data = exported.config["data"]
     network = folder / "network.ts"

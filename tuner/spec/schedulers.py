@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tuner import config as cfg
-from tuner import spaces
+from tuner.spec import config as cfg
+from tuner.spec import spaces
 
 TIME_ATTR = "training_iteration"
 
@@ -36,7 +36,7 @@ def _asha(sweep: cfg.SweepConfig) -> Any:
 
 
 def _hyperband(sweep: cfg.SweepConfig) -> Any:
-    from tuner.hyperband import HyperBand  # Tune's, stopping trials no bracket will run again
+    from tuner.spec.hyperband import HyperBand  # Tune's, stopping trials no bracket will run again
 
     return HyperBand(time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor)
 
@@ -73,7 +73,7 @@ def _pbt(sweep: cfg.SweepConfig) -> Any:
 
 
 def _bohb(sweep: cfg.SweepConfig) -> Any:
-    from tuner.hyperband import BohbHyperBand  # Tune's, stopping trials no bracket will run again
+    from tuner.spec.hyperband import BohbHyperBand  # Tune's, stopping trials no bracket will run again
 
     return BohbHyperBand(time_attr=TIME_ATTR, max_t=sweep.max_epochs, reduction_factor=sweep.scheduler.reduction_factor)
 

@@ -40,7 +40,7 @@ DATASETS = {
     "cifar10": DatasetInfo(
         "cifar-10-batches-py", "CIFAR10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
     ),
-    # Random 8x8 images made in memory, for the synthetic trial (tuner/synthetic.py): no files.
+    # Random 8x8 images made in memory, for the synthetic trial (tuner/trial/synthetic.py): no files.
     "synthetic": DatasetInfo("", "", 1, 8, 10, (0.5,), (0.2887,)),
 }
 SYNTHETIC_SIZES = {True: 1_000, False: 200}  # train (before the validation split), test
@@ -231,7 +231,7 @@ def load_training_data(
 
 def load_data(config, *, seed: int) -> TrainingData:
     """The training data a sweep's ``data`` section names, in memory: a built-in set, or
-    the user's own image folder or Parquet files (tuner/sources.py) decoded in this
+    the user's own image folder or Parquet files (tuner/data/sources.py) decoded in this
     process (or read from the cache)."""
     plan = plan_data(config, seed=seed)
     return plan if isinstance(plan, TrainingData) else plan.in_memory()
@@ -254,7 +254,7 @@ def plan_data(config, *, seed: int) -> TrainingData | OwnData:
 
 @dataclass
 class StreamedSplit:
-    """A split read through a Ray Data pipeline (``tuner.sources.stream``), never held whole."""
+    """A split read through a Ray Data pipeline (``tuner.data.sources.stream``), never held whole."""
 
     dataset: Any  # ray.data.Dataset of image (uint8 [C, H, W]) and label
     count: int
@@ -292,18 +292,17 @@ class OwnData:
 
     config: Any
     seed: int
-    source: Any  # tuner.sources.Source
+    source: Any  # tuner.data.sources.Source
     train: tuple[str, np.ndarray]  # (split of the source, indices into it)
     val: tuple[str, np.ndarray]
     channels: int
     size: int
     cached: bool  # an earlier sweep decoded these files: no header check, no decoding
-    record: dict | None = None  # what the sweep records of them (tuner.store.write_data_description)
+    record: dict | None = None  # what the sweep records of them (tuner.folder.store.write_data_description)
 
     @classmethod
     def plan(cls, config, *, seed: int, check: bool = True) -> OwnData:
-        from tuner import sources
-
+        from tuner.data import sources
         if config.dataset == "image_folder":
             source = sources.list_image_folder(config.path)
         else:
@@ -350,8 +349,7 @@ class OwnData:
         Data over the cluster when that would take long here), or a streaming pipeline when
         the decoded set would not fit (``stream`` decides instead where given); and which of
         ``cache``, ``here``, ``ray_data`` or ``stream`` it was."""
-        from tuner import sources
-
+        from tuner.data import sources
         if self.streams(object_store_bytes) if stream is None else stream:
             return self.streaming(), "stream"
         if self.cached:
@@ -363,8 +361,7 @@ class OwnData:
     def serial_decode_s(self, sample: int = 64) -> float:
         """About how long decoding every image in this process would take, timed on a few
         spread over the training split."""
-        from tuner import sources
-
+        from tuner.data import sources
         listing = self.source.splits["train"]
         count = sum(len(listing.labels) for listing in self.source.splits.values())
         indices = np.linspace(0, len(listing.labels) - 1, num=min(sample, len(listing.labels))).astype(int)
@@ -373,8 +370,7 @@ class OwnData:
         return (time.perf_counter() - started) / len(indices) * count
 
     def in_memory(self, decoder: Any = None) -> TrainingData:
-        from tuner import sources
-
+        from tuner.data import sources
         splits = sources.from_cache(self.source, self.config.image_size, self.channels)
         if splits is None:
             splits = sources.decode_and_cache(self.source, self.config.image_size, self.channels, decoder)
@@ -396,8 +392,7 @@ class OwnData:
         )
 
     def streaming(self) -> StreamingData:
-        from tuner import sources
-
+        from tuner.data import sources
         size, channels = self.config.image_size, self.channels
         train_listing, val_listing = self.source.splits[self.train[0]], self.source.splits[self.val[0]]
         mean, std = self.stats()
@@ -420,8 +415,7 @@ class OwnData:
     def stats(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """Normalisation statistics from a seeded sample of the training images: the same
         sample, so the same figures, in memory and streamed."""
-        from tuner import sources
-
+        from tuner.data import sources
         positions = sources.sample_of(np.arange(len(self.train[1])), self.seed)
         cached = sources.from_cache(self.source, self.config.image_size, self.channels, [self.train[0]])
         if cached is not None:  # memory-mapped: only the sample is read
@@ -445,8 +439,7 @@ class OwnData:
 
     def test_chunks(self, chunk: int = 1000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The ``test/`` split in chunks (from the cache, else decoded here, a chunk at a time)."""
-        from tuner import sources
-
+        from tuner.data import sources
         listing = self.source.splits.get("test")
         if listing is None:
             return
@@ -460,8 +453,7 @@ class OwnData:
 
     def examples(self, count: int = 2) -> np.ndarray:
         """A few images as the model will see them (the export's input example)."""
-        from tuner import sources
-
+        from tuner.data import sources
         split, indices = self.val
         if "test" in self.source.splits:
             split, indices = "test", np.arange(len(self.source.splits["test"].labels))

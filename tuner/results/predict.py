@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.data import DATASETS, _read_idx, load_test_split
+from tuner.data.datasets import DATASETS, _read_idx, load_test_split
 from tuner.errors import TunerError
-from tuner.export import ExportedModel, load_best
-from tuner.store import storage_error, umask
+from tuner.folder.store import storage_error, umask
+from tuner.results.export import ExportedModel, load_best
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 
@@ -130,7 +130,7 @@ def predict_to_csv(model_dir: str | Path, spec: str, out: str | Path, *, batch_s
 def _class_names(model: ExportedModel) -> list[str]:
     """What each class index means: recorded in the export (folder names for an image
     folder), else the built-in data set's names."""
-    from tuner.data import CLASS_NAMES
+    from tuner.data.datasets import CLASS_NAMES
 
     data = model.config["data"]
     return list(data.get("classes") or CLASS_NAMES.get(data["dataset"], ()))

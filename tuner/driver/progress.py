@@ -60,7 +60,7 @@ class Progress:
             self.best.config = next((dict(t.config) for t in self.trials if t.trial_id == self.best.trial_id), {})
 
     def seed(self, best: Any) -> None:
-        """A resumed sweep's best so far (tuner.store.best_epoch over its history)."""
+        """A resumed sweep's best so far (tuner.folder.store.best_epoch over its history)."""
         self.best = _Best(best.trial_id, float(best.value), int(best.epoch), {})
 
     def result(self, trial: Any, result: dict[str, Any]) -> str | None:
@@ -228,7 +228,7 @@ class Reporter:
     def ended(self, trials: list[Any], trial: Any, errored: bool = False) -> None:
         self.progress.observe(trials)
         if trial.trial_id in self.progress.completed and not errored:
-            return  # said already (a trial HyperBand let go is stopped again: tuner/hyperband.py)
+            return  # said already (a trial HyperBand let go is stopped again: tuner/spec/hyperband.py)
         self.progress.completed.add(trial.trial_id)
         epoch = _epoch(trial)
         if self.live_mode and not errored:  # counted in the view; an error is printed above it

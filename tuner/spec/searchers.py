@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tuner import config as cfg
+from tuner.spec import config as cfg
 
 
 def _variant_generator(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:

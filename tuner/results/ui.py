@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.errors import TunerError
-from tuner.store import SweepPaths, read_mlflow_state
+from tuner.folder.store import SweepPaths, read_mlflow_state
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Read a sweep's output folder without Ray running: its config, trials and best trial.
 
-"Best" means one thing everywhere (here, the export, MLflow): ``tuner.store.best_epoch``,
+"Best" means one thing everywhere (here, the export, MLflow): ``tuner.folder.store.best_epoch``,
 the sweep's metric and mode over every epoch every trial reported.
 """
 
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner import remote, store
-from tuner.config import SweepConfig, load_sweep
 from tuner.errors import TunerError
-from tuner.store import SweepPaths
+from tuner.folder import remote, store
+from tuner.folder.store import SweepPaths
+from tuner.spec.config import SweepConfig, load_sweep
 
 
 @dataclass
@@ -36,7 +36,7 @@ def open_sweep(folder: str | Path) -> tuple[SweepConfig, SweepPaths]:
     """The config that ran (``sweep.yaml``) and the paths, wherever the folder now is.
 
     A folder at a storage URI is read through a working copy of tuner's records
-    (tuner/remote.py), removed when the command ends."""
+    (tuner/folder/remote.py), removed when the command ends."""
     if remote.is_uri(folder):
         return _open_remote(str(folder))
     root = Path(folder).expanduser().resolve()
@@ -168,7 +168,7 @@ def how_to_continue(sweep: SweepConfig, paths: SweepPaths, summaries: list[Trial
         return None
     if in_use(paths):
         return None
-    from tuner.cluster import answers
+    from tuner.cluster.connect import answers
 
     last_run = next((e for e in reversed(store.read_timeline(paths)) if e.get("event") == "run"), {})
     cluster = last_run.get("cluster")
@@ -223,7 +223,7 @@ def _status(tune_status: str, epochs: int, max_epochs: int) -> str:
 
 
 def best_trial(sweep: SweepConfig, paths: SweepPaths, summaries: list[TrialSummary]) -> TrialSummary:
-    """The summary of the trial ``tuner.store.best_epoch`` names."""
+    """The summary of the trial ``tuner.folder.store.best_epoch`` names."""
     in_experiment = {s.trial_id for s in summaries}  # not the history of a trial lost in a crash
     histories = {k: v for k, v in store.trial_histories(paths).items() if k in in_experiment}
     best = store.best_epoch(histories, sweep.metric, sweep.mode)

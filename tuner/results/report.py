@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner import remote, store
-from tuner.config import SweepConfig
 from tuner.errors import TunerError
-from tuner.results import TrialSummary, open_sweep, trial_summaries
-from tuner.spaces import ParamSpec
-from tuner.store import SweepPaths
+from tuner.folder import remote, store
+from tuner.folder.store import SweepPaths
+from tuner.results.summaries import TrialSummary, open_sweep, trial_summaries
+from tuner.spec.config import SweepConfig
+from tuner.spec.spaces import ParamSpec
 
 # How a trial ended -> its colour in every plot (colour-blind safe, Okabe-Ito).
 COLOURS = {

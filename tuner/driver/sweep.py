@@ -1,13 +1,13 @@
 """Run a validated sweep: start (or join) Ray, build the Tune objects, fit, export.
 
 Everything a sweep writes lives in its own folder, ``<output_dir>/<name>/`` (or
-``<name>-2``, ... when that one is taken), owned by tuner/store.py::
+``<name>-2``, ... when that one is taken), owned by tuner/folder/store.py::
 
     sweep.yaml   the resolved config        tune/   Tune state, one folder per trial
     history/     every epoch, per trial      best/   the exported best model
     train/       Ray Train runs' storage     lock    held by the process writing it
 
-``output_dir`` may also be a storage URI (``s3://...``): see tuner/remote.py.
+``output_dir`` may also be a storage URI (``s3://...``): see tuner/folder/remote.py.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from typing import Any
 
 import yaml
 
-from tuner import remote, store
-from tuner.cluster import CLUSTER_TIMEOUT_S, check_shared_storage, joined, start_ray
-from tuner.config import SweepConfig
-from tuner.data import TrainingData
+from tuner.cluster.connect import CLUSTER_TIMEOUT_S, check_shared_storage, joined, start_ray
+from tuner.data.datasets import TrainingData
+from tuner.driver.progress import show
 from tuner.errors import ConfigError, TunerError
-from tuner.progress import show
-from tuner.store import SweepLock, SweepPaths, claim_new, release_unused, write_atomic
+from tuner.folder import remote, store
+from tuner.folder.store import SweepLock, SweepPaths, claim_new, release_unused, write_atomic
+from tuner.spec.config import SweepConfig
 
 DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation for the trial driver process
 
@@ -129,8 +129,11 @@ def build_tuner(
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
     from ray import tune
 
-    from tuner import progress, schedulers, searchers, spaces, store, tracking
-    from tuner.trial import TrialSetup, trial_bundles, trial_driver
+    from tuner.driver import progress
+    from tuner.folder import store
+    from tuner.spec import schedulers, searchers, spaces
+    from tuner.tracking import mlflow_runs as tracking
+    from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver
 
     fail_at = os.environ.get("TUNER_TEST_FAIL_AT_EPOCH")
     setup = TrialSetup(
@@ -282,7 +285,7 @@ def run_sweep(
     resume = paths is not None
     if paths is None:
         if sweep.tracking.mlflow.enabled:
-            from tuner.tracking import tracking_uri
+            from tuner.tracking.mlflow_runs import tracking_uri
 
             tracking_uri(sweep)  # an output_dir URI needs an MLflow store of its own: refused here
         data = _load_data(sweep)  # a missing data set is refused before a folder is made
@@ -321,7 +324,7 @@ def _claim(sweep: SweepConfig) -> SweepPaths:
 def _load_data(sweep: SweepConfig) -> Any:
     """A built-in set, read; a user's own files, listed and checked (decoded once Ray runs).
     An error about the data section names the sweep file and line, as validation's do."""
-    from tuner.data import plan_data
+    from tuner.data.datasets import plan_data
 
     try:
         return plan_data(sweep.data, seed=sweep.seed)
@@ -342,12 +345,11 @@ def _ready_data(sweep: SweepConfig, planned: Any, paths: SweepPaths, resume: boo
     """The data trials read, and how (the plan line's words): in memory, decoded or from
     the cache, or streamed when the decoded set would not fit. A resumed sweep keeps the
     way its first run chose (its searcher, restored by Tune, keeps that run's cap)."""
-    from tuner.data import OwnData
+    from tuner.data.datasets import OwnData
 
     if not isinstance(planned, OwnData):
         return planned, "in memory"
-    from tuner import sources
-
+    from tuner.data import sources
     sources.quiet_ray_data(verbose)
     earlier = store.read_data_description(paths) if resume else None
     store_bytes = _smallest_object_store()
@@ -380,7 +382,7 @@ def _ready_data(sweep: SweepConfig, planned: Any, paths: SweepPaths, resume: boo
 def _check_resumable(sweep: SweepConfig, paths: SweepPaths) -> None:
     """Every record resume builds on reads back; else one line naming the file. (Tune,
     given a state it cannot load, would start the sweep again from scratch.)"""
-    from tuner.results import analysis
+    from tuner.results.summaries import analysis
 
     store.read_mlflow_state(paths)
     store.trial_histories(paths)
@@ -444,8 +446,8 @@ def _ray_output(verbose: bool) -> Iterator[None]:
 
 
 def _reporter(sweep: SweepConfig, paths: SweepPaths) -> Any:
-    """The progress view (tuner/progress.py), seeded with a resumed sweep's best so far."""
-    from tuner.progress import Progress, Reporter
+    """The progress view (tuner/driver/progress.py), seeded with a resumed sweep's best so far."""
+    from tuner.driver.progress import Progress, Reporter
 
     searched = [name for name, spec in sweep.param_specs().items() if spec.kind != "constant"]
     progress = Progress(sweep.name, sweep.metric, sweep.mode, sweep.total_trials, sweep.max_epochs, searched)
@@ -467,8 +469,8 @@ def _run(
 ) -> SweepOutcome:
     import ray
 
-    from tuner import export, tracking
-
+    from tuner.results import export
+    from tuner.tracking import mlflow_runs as tracking
     check_shared_storage(paths, cluster_timeout_s)
     cluster = ray.cluster_resources()
     use_gpu = decide_gpu(sweep, cluster)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
-from tuner.remote import join
+from tuner.folder.remote import join
 
 CONFIG_FILE = "sweep.yaml"
 LOCK_FILE = "lock"
@@ -73,7 +73,7 @@ os.umask(_UMASK)
 class SweepPaths:
     """Where each record of one sweep lives.
 
-    ``remote``: for a sweep at a storage URI (``tuner.remote``), the folder's URI; ``root``
+    ``remote``: for a sweep at a storage URI (``tuner.folder.remote``), the folder's URI; ``root``
     is then this command's local working copy of tuner's records, and Tune's and Train's
     folders are at the URI only.
     """

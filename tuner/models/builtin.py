@@ -68,7 +68,7 @@ def _resnet(depth: int, in_channels: int, num_classes: int, zero_init_residual: 
 
 
 class SyntheticModel(nn.Module):
-    """The synthetic trial's stand-in weights (tuner/synthetic.py): one linear layer, so
+    """The synthetic trial's stand-in weights (tuner/trial/synthetic.py): one linear layer, so
     that its checkpoints, export and served model are real and tiny."""
 
     def __init__(self, in_channels: int, num_classes: int, image_size: int, **_curve: Any):

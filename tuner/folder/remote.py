@@ -190,7 +190,7 @@ class Mirror:
     def __init__(self, root: Path, uri: str):
         self.root, self.uri = root, uri
         self._sent: dict[str, tuple[int, int]] = {}
-        from tuner.store import holder_note  # store imports this module: import here
+        from tuner.folder.store import holder_note  # store imports this module: import here
 
         self._note = holder_note()
         self._stop = threading.Event()

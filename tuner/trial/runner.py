@@ -11,7 +11,7 @@
 
 Either way Tune holds real checkpoints (PBT exploits, HyperBand pause/resume, retries
 and the best export all need them; see docs/ray-notes.md), and the loop, its metrics and
-its checkpoints are the same (tuner/loop.py): only the ``Session`` (rank, device,
+its checkpoints are the same (tuner/trial/loop.py): only the ``Session`` (rank, device,
 resume, report) differs.
 
 Nothing here reads YAML: the driver receives the sampled hyperparameters and a
@@ -31,8 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tuner.loop import run_training
-from tuner.session import LoopSettings, Session, load_state
+from tuner.trial.loop import run_training
+from tuner.trial.session import LoopSettings, Session, load_state
 
 _FIT_DONE = "__tuner_fit_done__"
 
@@ -55,7 +55,7 @@ class TrialSetup:
     train_on_cpu: bool = False  # test-only: GPUs declared to Ray, none present (TUNER_TEST_TRAIN_ON_CPU)
     augment: tuple[str, ...] = ()  # data.augment (a trial may sample its own)
     crop_padding: int = 4
-    streamed: bool = False  # the data stream from a Ray Data pipeline (tuner.data.StreamingData)
+    streamed: bool = False  # the data stream from a Ray Data pipeline (tuner.data.datasets.StreamingData)
 
 
 # A trial's CPUs are reserved by Tune, one bundle per worker in the trial's placement
@@ -65,7 +65,7 @@ class TrialSetup:
 # bundles do. (A Train run killed while its workers are still being placed can leave its
 # own placement group behind - docs/ray-notes.md - and a token's worth is harmless.)
 # GPUs are reserved by Train's workers themselves, out of Tune's sight: the sweep caps
-# the trials it starts at the cluster's GPU slots (tuner.searchers).
+# the trials it starts at the cluster's GPU slots (tuner.spec.searchers).
 WORKER_CPU_TOKEN = 0.01
 
 
@@ -104,7 +104,7 @@ def resolve_hyperparameters(setup: TrialSetup, sampled: dict[str, Any]) -> tuple
     Coercion turns Tune's ``128.0`` from quniform into the int a layer width needs,
     and BOHB's ``np.str_`` into ``str``.
     """
-    from tuner.config import CnnConfig, ResNetConfig, SyntheticConfig, TrainConfig
+    from tuner.spec.config import CnnConfig, ResNetConfig, SyntheticConfig, TrainConfig
 
     model_cls = {"cnn": CnnConfig, "synthetic": SyntheticConfig}.get(setup.model_name, ResNetConfig)
     sampled = {k: (str(v) if isinstance(v, str) else v) for k, v in sampled.items()}

@@ -24,12 +24,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from tuner import spaces
 from tuner.errors import ConfigError
-from tuner.shipped import submitted_file
-from tuner.yamlio import LoadedYaml, load_yaml, parse_scalar
+from tuner.spec import spaces
+from tuner.spec.shipped import submitted_file
+from tuner.spec.yamlio import LoadedYaml, load_yaml, parse_scalar
 
-EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
+EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
 METRICS = {"val_accuracy": "max", "val_loss": "min", "train_loss": "min"}
 
 
@@ -122,7 +122,7 @@ class ResNetConfig(Strict):
 
 class SyntheticConfig(Strict):
     """No training: each epoch sleeps ``epoch_s`` and reports a known noisy learning curve
-    of ``train.lr`` and ``train.weight_decay`` (tuner/synthetic.py), to measure tuner itself."""
+    of ``train.lr`` and ``train.weight_decay`` (tuner/trial/synthetic.py), to measure tuner itself."""
 
     name: Literal["synthetic"]
     epoch_s: float = Field(0.0, ge=0, le=3600)  # seconds each epoch sleeps
@@ -163,7 +163,7 @@ class SpaceConfig(Strict):
         return name
 
 
-# --- searchers (tuner/searchers.py builds them) ----------------------------------------
+# --- searchers (tuner/spec/searchers.py builds them) ----------------------------------------
 class RandomSearcher(Strict):
     name: Literal["random"] = "random"
 
@@ -192,7 +192,7 @@ SearcherConfig = Annotated[
 ]
 
 
-# --- schedulers (tuner/schedulers.py builds them); max_t is train.epochs ---------------
+# --- schedulers (tuner/spec/schedulers.py builds them); max_t is train.epochs ---------------
 class FifoScheduler(Strict):
     name: Literal["fifo"] = "fifo"
 
@@ -307,7 +307,7 @@ class SweepConfig(Strict):
     @field_validator("output_dir")
     @classmethod
     def _a_path(cls, value: str) -> str:
-        # A storage URI (s3://bucket/runs, gs://..., file:///...): tuner/remote.py.
+        # A storage URI (s3://bucket/runs, gs://..., file:///...): tuner/folder/remote.py.
         if "://" in value and not _storage_uri(value):
             raise _custom(
                 "uri_output_dir",

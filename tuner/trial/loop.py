@@ -1,7 +1,7 @@
 """The training loop, whatever hosts it: model, optimiser, learning-rate schedule,
 augmentation, epochs, evaluation, checkpoints and the metrics each epoch reports.
 
-``run_training`` is hosted by a ``Session`` (tuner/trial.py: the Tune trial's own
+``run_training`` is hosted by a ``Session`` (tuner/trial/runner.py: the Tune trial's own
 process, or a Ray Train worker of a TorchTrainer), which gives it its rank, device and
 resume state and takes its reports. Its data come from an ``InMemoryData`` (the node's
 one uint8 copy in the object store, on the worker's device, with this rank's share of
@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from tuner.data import TrainingData, normalise
-from tuner.models import build_model
-from tuner.session import LoopSettings, Session, report_epoch
+from tuner.data.datasets import TrainingData, normalise
+from tuner.models.builtin import build_model
+from tuner.trial.session import LoopSettings, Session, report_epoch
 
 
 def learning_rate(base_lr: float, schedule: str, step: int, total_steps: int) -> float:
@@ -85,7 +85,7 @@ class InMemoryData:
 
 
 class StreamedData:
-    """The data as a Ray Data stream (``tuner.data.StreamingData``): this rank's shard of
+    """The data as a Ray Data stream (``tuner.data.datasets.StreamingData``): this rank's shard of
     each split, decoded by the pipeline's tasks as the epoch reads it, shuffled per epoch
     (block order, then a local buffer), augmented and normalised on the worker's device."""
 
@@ -116,12 +116,11 @@ class StreamedData:
 
 
 def _augmentation(loop: LoopSettings, device: torch.device, epoch: int, rank: int) -> Any:
-    """The epoch's augmentation of uint8 batches (tuner/augment.py), seeded per trial,
+    """The epoch's augmentation of uint8 batches (tuner/data/augment.py), seeded per trial,
     epoch and rank so a resumed epoch repeats it; None without data.augment."""
     if not loop.augment:
         return None
-    from tuner import augment
-
+    from tuner.data import augment
     generator = augment.generator_for(device, loop.seed, epoch, rank)
     return lambda x: augment.apply(x, loop.augment, padding=loop.crop_padding, generator=generator)
 
@@ -153,9 +152,8 @@ def run_training(loop: LoopSettings, session: Session) -> None:
     if state is not None:
         model.load_state_dict(state["model"])
         start_epoch, resumed_from = int(state["epoch"]), str(state["trial_id"])
-    if loop.model_name == "synthetic":  # no training: a known curve (tuner/synthetic.py)
-        from tuner import synthetic
-
+    if loop.model_name == "synthetic":  # no training: a known curve (tuner/trial/synthetic.py)
+        from tuner.trial import synthetic
         return synthetic.run(loop, session, model, state)
     channels_last = device.type == "cuda"  # faster convolutions under AMP on tensor cores
     if channels_last:

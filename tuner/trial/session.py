@@ -1,9 +1,9 @@
 """What a trial's training loop is given and what it talks to: ``LoopSettings`` (its
 settings, resolved by the trial's driver from the sweep and the sampled point) and a
 ``Session`` (whatever hosts it: the Tune trial's own process or a Ray Train worker,
-tuner/trial.py), and the one way an epoch is reported with its checkpoint.
+tuner/trial/runner.py), and the one way an epoch is reported with its checkpoint.
 
-Both the real loop (tuner/loop.py) and the synthetic one (tuner/synthetic.py) build on
+Both the real loop (tuner/trial/loop.py) and the synthetic one (tuner/trial/synthetic.py) build on
 this module, so neither imports the other's host.
 """
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the tuner package
 JOB_FILES = PACKAGE_DIR / "_job"
 
 

@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (the driver imports this module for its curve: no torch there)
-    from tuner.session import LoopSettings
+    from tuner.trial.session import LoopSettings
 
 FLOOR, CEILING = 0.1, 0.98  # chance on 10 classes; the best a trial can reach
 OPTIMUM_LR, LR_WIDTH, MAX_RATE = 2e-3, 0.5, 0.6
@@ -67,10 +67,10 @@ def curve(lr: float, weight_decay: float, epochs: int, *, noise: float = 0.0, se
 
 
 def run(loop: LoopSettings, session: Any, model: Any, state: dict[str, Any] | None) -> None:
-    """The synthetic trial's epochs, hosted like the real loop (tuner/loop.py): resume,
+    """The synthetic trial's epochs, hosted like the real loop (tuner/trial/loop.py): resume,
     report and checkpoint every epoch through ``session``; ``model`` (a tiny linear layer)
     is saved so that the export and the served model have weights to load."""
-    from tuner.session import report_epoch
+    from tuner.trial.session import report_epoch
 
     options, train = loop.model_options, loop.train
     epoch_s, noise = float(options["epoch_s"]), float(options["noise"])

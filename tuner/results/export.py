@@ -24,10 +24,10 @@ import numpy as np
 import torch
 import yaml
 
-from tuner import store
-from tuner.data import held_out, normalise
+from tuner.data.datasets import held_out, normalise
 from tuner.errors import ConfigError, TunerError
-from tuner.models import build_model
+from tuner.folder import store
+from tuner.models.builtin import build_model
 
 MODEL_FILE, SCRIPT_FILE, CONFIG_FILE, METRICS_FILE = "model.pt", "model.ts", "config.yaml", "metrics.json"
 FORMATS = ("state_dict", "torchscript")
@@ -107,12 +107,12 @@ def load_best(path: str | Path) -> ExportedModel:
 
 
 def best_trial_checkpoint(results: Any, paths: Any, metric: str, mode: str) -> tuple[Any, Any, dict[str, Any]]:
-    """The best trial and epoch (tuner.store.best_epoch) and its checkpoint at that epoch.
+    """The best trial and epoch (tuner.folder.store.best_epoch) and its checkpoint at that epoch.
 
     Checkpoints are kept by the same metric, so the best epoch's checkpoint is among the
     trial's kept ones.
     """
-    from tuner.store import best_epoch, trial_histories
+    from tuner.folder.store import best_epoch, trial_histories
 
     # Only the experiment's trials: a trial that reported, then was lost with a crash
     # before Tune saved it, left a history no restored trial continues.
@@ -150,7 +150,7 @@ def export_best(
     """
     if format not in FORMATS:
         raise TunerError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")
-    from tuner.trial import TrialSetup, resolve_hyperparameters
+    from tuner.trial.runner import TrialSetup, resolve_hyperparameters
 
     to = Path(to or paths.best)
     check_destination(to, overwrite=overwrite)
@@ -259,7 +259,7 @@ def _where(checkpoint: Any) -> str:
 
 def _load_checkpoint(folder: str) -> dict[str, Any]:
     """A trial's checkpoint; a truncated or foreign file is one TunerError naming it."""
-    from tuner.session import CHECKPOINT_FILE, load_state
+    from tuner.trial.session import CHECKPOINT_FILE, load_state
 
     try:
         state = load_state(folder)
@@ -322,7 +322,7 @@ def write_package(
     Only tuner's own file names are ever replaced or removed; a previous export is
     replaced only with ``overwrite``; anything else in ``folder`` stays.
     """
-    from tuner.store import storage_error, umask
+    from tuner.folder.store import storage_error, umask
 
     folder = Path(folder)
     check_destination(folder, overwrite=overwrite)

@@ -3,7 +3,7 @@
 ``submit`` validates the sweep file here (the same one-line errors as ``sweep``; nothing
 is submitted for a bad file), then ships a copy of the ``tuner`` package as the job's
 ``py_modules`` entry, with the sweep file and the ``search_spaces/`` registry inside it
-(tuner/shipped.py says why not as a working directory). On the cluster the job runs
+(tuner/spec/shipped.py says why not as a working directory). On the cluster the job runs
 ``python -P -m tuner sweep FILE`` (or ``resume FOLDER``) with the cluster's own Python, which
 must have tuner's dependencies installed.
 
@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.cluster import CLUSTER_TIMEOUT_S
-from tuner.config import SweepConfig, load_sweep, resolve_sweep_path
+from tuner.cluster.connect import CLUSTER_TIMEOUT_S
 from tuner.errors import TunerError
-from tuner.shipped import JOB_FILES, PACKAGE_DIR, registry_dir
+from tuner.spec.config import SweepConfig, load_sweep, resolve_sweep_path
+from tuner.spec.shipped import JOB_FILES, PACKAGE_DIR, registry_dir
 
 METADATA_KEY = "tuner_sweep"  # marks tuner's jobs among a cluster's others
 # Time a stopped job's driver gets to stop its trials and save the sweep before SIGKILL.
 STOP_WAIT_S = 60
-OUTPUT_LINE = "  output: "  # the plan line naming the sweep's folder (tuner.sweep.describe)
+OUTPUT_LINE = "  output: "  # the plan line naming the sweep's folder (tuner.driver.sweep.describe)
 
 
 @dataclass
@@ -47,7 +47,7 @@ def client(address: str | None) -> Any:
     token when one is at hand; an unreachable dashboard is one line."""
     from ray.job_submission import JobSubmissionClient
 
-    from tuner.cluster import send_auth_token_if_any
+    from tuner.cluster.connect import send_auth_token_if_any
 
     _quiet_client_logs()
     send_auth_token_if_any()
@@ -116,7 +116,7 @@ def submit(
     if "://" in target or (folder.is_dir() and (folder / "sweep.yaml").is_file()):
         if overrides or smoke:
             raise TunerError(f"{target}: a sweep folder is resumed as it was configured; drop --set and --smoke")
-        from tuner.results import open_sweep
+        from tuner.results.summaries import open_sweep
 
         sweep, paths = open_sweep(target)  # a storage URI: read through a working copy
         check_cluster_paths(sweep, str(paths.config))
@@ -186,7 +186,7 @@ def _job_exists(jobs: Any, job_id: str) -> bool:
 
 def _stage(staging: Path, sweep_file: Path | None) -> Path:
     """The package the job ships: a copy of tuner with the space registry and the sweep
-    file in its ``_job/`` folder, where tuner/shipped.py looks for them on the cluster."""
+    file in its ``_job/`` folder, where tuner/spec/shipped.py looks for them on the cluster."""
     package = staging / "tuner"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", JOB_FILES.name)  # never a job's files in a job's
     shutil.copytree(PACKAGE_DIR, package, ignore=ignore)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.errors import ConfigError
-from tuner.shipped import registry_dir
-from tuner.yamlio import load_yaml
+from tuner.spec.shipped import registry_dir
+from tuner.spec.yamlio import load_yaml
 
 SPACES_DIR = registry_dir()
 

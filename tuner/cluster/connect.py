@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tuner import remote
 from tuner.errors import TunerError
-from tuner.store import SweepPaths, write_atomic
+from tuner.folder import remote
+from tuner.folder.store import SweepPaths, write_atomic
+from tuner.spec.shipped import PACKAGE_DIR
 
 # How long a command waits for a cluster to do what it asked (a job agent to take a job,
 # every node to run the storage check): --cluster-timeout. A loaded head took over a minute.
@@ -60,7 +61,7 @@ def _trial_modules() -> dict[str, Any]:
     job = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")  # Ray sets it in a job's driver
     if (job.get("runtime_env") or {}).get("py_modules"):
         return {}
-    return {"py_modules": [str(Path(__file__).resolve().parent)]}
+    return {"py_modules": [str(PACKAGE_DIR)]}
 
 
 def send_auth_token_if_any() -> None:

@@ -1,0 +1,1 @@
+"""Ray clusters: joining one (address, token, shared storage) and Ray Jobs (submit, jobs, stop)."""

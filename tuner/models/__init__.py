@@ -1,0 +1,1 @@
+"""The networks a trial trains: tuner's own CNN and ResNet (``builtin``)."""

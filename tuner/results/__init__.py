@@ -1,0 +1,2 @@
+"""Reading a finished (or running) sweep: status, best, export, predict, report, the UIs,
+and the model file MLflow serves."""
