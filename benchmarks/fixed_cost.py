@@ -99,11 +99,11 @@ def main() -> None:
 
 
 def summarise(out: Path, started: float, exited: float) -> dict:
-    from tuner.folder.store import SweepPaths, read_timeline, trial_histories
+    from tuner.folder.store import SweepFolder, read_timeline, trial_histories
 
     inner = json.loads((out / "child.json").read_text())
     sweep_dir = next(p.parents[1] for p in (out / "runs").glob("*/best/metrics.json"))
-    paths = SweepPaths(sweep_dir)
+    paths = SweepFolder(sweep_dir)
     events = read_timeline(paths)
     starts = [e["time"] for e in events if e["event"] == "start"]
     ends = [e["time"] for e in events if e["event"] in ("end", "error")]

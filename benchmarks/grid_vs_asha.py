@@ -45,7 +45,7 @@ def sweep_file(folder: Path, scheduler: dict, epochs: int, subset: int, data_roo
 
 
 def run(folder: Path, scheduler: dict, epochs: int, subset: int, data_root: str | None) -> dict:
-    from tuner.folder.store import SweepPaths, trial_histories
+    from tuner.folder.store import SweepFolder, trial_histories
 
     folder.mkdir(parents=True, exist_ok=True)
     path = sweep_file(folder, scheduler, epochs, subset, data_root)
@@ -58,7 +58,7 @@ def run(folder: Path, scheduler: dict, epochs: int, subset: int, data_root: str 
         raise SystemExit(f"the {scheduler['name']} sweep failed; see {folder / (path.stem + '.log')}")
     sweep_dir = folder / "runs" / path.stem
     best = json.loads((sweep_dir / "best" / "metrics.json").read_text())
-    histories = trial_histories(SweepPaths(sweep_dir))
+    histories = trial_histories(SweepFolder(sweep_dir))
     result = {
         "wall_s": wall,
         "epochs_run": sum(len(rows) for rows in histories.values()),

@@ -75,7 +75,7 @@ def child_tuner(folder: Path, trials: int, epoch_s: float) -> dict:
     """The sweep in this process (so that its CPU, memory and MLflow calls are this
     process's), then the read commands as fresh processes."""
     from tuner import cli
-    from tuner.folder.store import SweepPaths, trial_histories
+    from tuner.folder.store import SweepFolder, trial_histories
     from tuner.tracking import mlflow_runs as tracking
 
     spent = {"s": 0.0, "calls": 0, "depth": 0}
@@ -98,7 +98,7 @@ def child_tuner(folder: Path, trials: int, epoch_s: float) -> dict:
     if code != 0:
         raise SystemExit(f"tuner sweep exited {code}")
     sweep_dir = folder / "runs" / "synthetic"
-    rows = trial_histories(SweepPaths(sweep_dir))
+    rows = trial_histories(SweepFolder(sweep_dir))
     records = [
         {
             "entered": r[0]["entered_at"],
@@ -221,7 +221,7 @@ def scheduler_check(name: str, folder: Path, epoch_s: float) -> dict:
     """One synthetic sweep under a scheduler; what its trials did, rung by rung."""
     import yaml
 
-    from tuner.folder.store import SweepPaths, trial_histories
+    from tuner.folder.store import SweepFolder, trial_histories
     from tuner.trial.synthetic import OPTIMUM_LR
 
     scheduler, trials = SCHEDULER_RUNS[name]
@@ -237,7 +237,7 @@ def scheduler_check(name: str, folder: Path, epoch_s: float) -> dict:
         done = subprocess.run([sys.executable, "-m", "tuner", "sweep", str(path)], stdout=log, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         raise SystemExit(f"the {name} sweep failed; see {folder / 'log.txt'}")
-    histories = trial_histories(SweepPaths(folder / "runs" / "synthetic"))
+    histories = trial_histories(SweepFolder(folder / "runs" / "synthetic"))
     epochs = [max(row["training_iteration"] for row in rows) for rows in histories.values()]
     reached = {e: sum(1 for n in epochs if n >= e) for e in sorted(set(epochs))}
     result = {"trials": len(histories), "wall_s": time.perf_counter() - started, "trials_reaching_epoch": reached}

@@ -46,9 +46,9 @@ def sweep_file(budget: Budget, folder: Path, workers: int, max_concurrent: int |
 
 def timings(sweep_dir: Path) -> dict:
     """Per-trial overheads from the sweep's own records (history and timeline)."""
-    from tuner.folder.store import SweepPaths, read_timeline, trial_histories
+    from tuner.folder.store import SweepFolder, read_timeline, trial_histories
 
-    paths = SweepPaths(sweep_dir)
+    paths = SweepFolder(sweep_dir)
     histories = trial_histories(paths)
     events = read_timeline(paths)
     starts = {}
@@ -83,11 +83,11 @@ def best_curve(sweep_dir: Path, budget: Budget) -> list[tuple[float, float, floa
     with its test accuracy: each improvement's own checkpoint, scored after the sweep."""
     from common import Tensors, accuracy, build_cnn
 
-    from tuner.folder.store import SweepPaths, trial_histories
+    from tuner.folder.store import SweepFolder, trial_histories
     from tuner.trial.session import load_state
 
     epochs = []
-    for trial_id, rows in trial_histories(SweepPaths(sweep_dir)).items():
+    for trial_id, rows in trial_histories(SweepFolder(sweep_dir)).items():
         (trial_dir,) = (sweep_dir / "tune").glob(f"*{trial_id}*")
         epochs += [(row["reported_at"], row["val_accuracy"], trial_dir / row["checkpoint_dir_name"]) for row in rows]
     model, data = build_cnn(budget), Tensors(budget)

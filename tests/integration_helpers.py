@@ -72,14 +72,14 @@ def assert_no_leaks(timeout_s: float = 60.0) -> None:
 
 def recorded_sweep(tmp_path: Path, trials: int = 2) -> tuple[Path, Any]:
     """A real MLflow store written through tuner.tracking (no Ray): a parent and ``trials`` children."""
-    from tuner.folder.store import SweepPaths
+    from tuner.folder.store import SweepFolder
     from tuner.spec.config import SweepConfig
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "ui_check", "output_dir": str(tmp_path / "runs")})
     sweep_dir = tmp_path / "runs" / "ui_check"
     (sweep_dir / "tune").mkdir(parents=True)
-    record = SweepRecord(sweep, SweepPaths(sweep_dir))
+    record = SweepRecord(sweep, SweepFolder(sweep_dir))
     for index in range(trials):
         trial_id = f"abcde_{index:05d}"
         for epoch in (1, 2):
@@ -144,9 +144,26 @@ def running_ui(output: Path):
 
 
 # --- sweeps as a user runs them: the CLI in a subprocess -------------------------------------
-def tuner_cli(*args: str, timeout: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+FAULT_LAUNCHER = Path(__file__).parent / "support" / "tuner_with_fault.py"
+
+
+def _tuner_command(args: tuple[str, ...], fail_once_at: tuple[int, Path] | None) -> list[str]:
+    """``python -m tuner ARGS``; with ``fail_once_at=(epoch, marker_dir)``, every trial fails
+    once after that epoch (tuner.trial.testing.FailOnceAt) and retries from its checkpoint."""
+    if fail_once_at is None:
+        return [sys.executable, "-m", "tuner", *args]
+    epoch, marker_dir = fail_once_at
+    return [sys.executable, str(FAULT_LAUNCHER), str(epoch), str(marker_dir), *args]
+
+
+def tuner_cli(
+    *args: str,
+    timeout: float = 900,
+    env: dict[str, str] | None = None,
+    fail_once_at: tuple[int, Path] | None = None,
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "tuner", *args],
+        _tuner_command(args, fail_once_at),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -154,9 +171,11 @@ def tuner_cli(*args: str, timeout: float = 900, env: dict[str, str] | None = Non
     )
 
 
-def start_sweep(sweep_file: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def start_sweep(
+    sweep_file: Path, env: dict[str, str] | None = None, fail_once_at: tuple[int, Path] | None = None
+) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tuner", "sweep", str(sweep_file)],
+        _tuner_command(("sweep", str(sweep_file)), fail_once_at),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tuner.cli import main
-from tuner.folder.store import SweepPaths, append_history
+from tuner.folder.store import SweepFolder, append_history
 from tuner.spec.config import SweepConfig
 
 
@@ -30,7 +30,7 @@ def _made_up_folder(tmp_path: Path, trials: list[tuple[str, int]], num_samples: 
             "trials": {"num_samples": num_samples},
         }
     )
-    paths = SweepPaths(tmp_path / "mnist_asha")
+    paths = SweepFolder(tmp_path / "mnist_asha")
     paths.tune.mkdir(parents=True)
     paths.history.mkdir()
     paths.config.write_text(yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
@@ -106,7 +106,7 @@ def test_the_outcome_of_a_smoke_run_says_its_model_was_logged_not_registered(tmp
     from tuner.spec.config import load_sweep
 
     sweep = load_sweep("mnist_asha", [f"output_dir={tmp_path}"], smoke=True)
-    paths = SweepPaths(tmp_path / "mnist_asha")
+    paths = SweepFolder(tmp_path / "mnist_asha")
     paths.best.mkdir(parents=True)
     (paths.best / "config.yaml").write_text(yaml.safe_dump({"hyperparameters": {"lr": 0.002}}))
     metrics = {"trial_id": "a1b2c_00000", "epoch": 2, "val_accuracy": 0.9, "test_accuracy": 0.88, "test_images": 10}

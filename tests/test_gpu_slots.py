@@ -1,5 +1,5 @@
 """GPU slots decide how many trials run at once. The GPUs are declared to Ray on this CPU
-machine (TUNER_TEST_TRAIN_ON_CPU=1 trains on the CPU while Ray reserves the GPUs); the
+machine (the TrainOnCpu hook trains on the CPU while Ray reserves the GPUs); the
 trials that ran at once are counted from the sweep's timeline."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from integration_helpers import assert_no_leaks, small_sweep
 from tuner.driver.sweep import run_sweep
 from tuner.folder.store import read_timeline
 from tuner.spec.config import SweepConfig
+from tuner.trial.testing import TrainOnCpu
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -23,11 +24,6 @@ def gpu_ray():
     )
     yield ray
     ray.shutdown()
-
-
-@pytest.fixture(autouse=True)
-def _train_on_cpu(monkeypatch):
-    monkeypatch.setenv("TUNER_TEST_TRAIN_ON_CPU", "1")
 
 
 def _most_at_once(timeline: list[dict]) -> int:
@@ -50,7 +46,7 @@ def test_half_a_gpu_per_trial_runs_four_trials_on_two_gpus(gpu_ray, tmp_path):
             scaling={"use_gpu": "auto", "gpus_per_worker": 0.5, "cpus_per_worker": 0.5},
         )
     )
-    outcome = run_sweep(sweep)
+    outcome = run_sweep(sweep, hooks=TrainOnCpu())
     assert not outcome.results.errors
     timeline = read_timeline(outcome.paths)
     assert len({e["trial_id"] for e in timeline if e["event"] == "end"}) == 6
@@ -68,7 +64,7 @@ def test_a_trial_of_two_workers_with_a_gpu_each_waits_for_two_free_gpus(gpu_ray,
             scaling={"use_gpu": True, "workers": 2, "gpus_per_worker": 1, "cpus_per_worker": 1},
         )
     )
-    outcome = run_sweep(sweep)
+    outcome = run_sweep(sweep, hooks=TrainOnCpu())
     assert not outcome.results.errors
     timeline = read_timeline(outcome.paths)
     assert len({e["trial_id"] for e in timeline if e["event"] == "end"}) == 2

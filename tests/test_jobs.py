@@ -29,7 +29,7 @@ from integration_helpers import (
     tuner_cli,
 )
 
-from tuner.folder.store import SweepPaths, read_timeline, trial_histories
+from tuner.folder.store import SweepFolder, read_timeline, trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -74,12 +74,12 @@ def _job_info(cluster, job_id: str):
 
 
 def _nodes_per_epoch(root: Path) -> dict[str, list[str]]:
-    return {trial: [row["nodes"] for row in rows] for trial, rows in trial_histories(SweepPaths(root)).items()}
+    return {trial: [row["nodes"] for row in rows] for trial, rows in trial_histories(SweepFolder(root)).items()}
 
 
 def _epochs(root: Path, wanted: Callable[[int], bool]) -> dict[str, int] | None:
     """Each trial's epochs in the sweep's history, once some trial's count is ``wanted``."""
-    histories = trial_histories(SweepPaths(root)) if (root / "history").is_dir() else {}
+    histories = trial_histories(SweepFolder(root)) if (root / "history").is_dir() else {}
     counts = {trial: len(rows) for trial, rows in histories.items()}
     return counts if any(wanted(count) for count in counts.values()) else None
 
@@ -172,7 +172,7 @@ def test_a_submitted_sweep_runs_to_succeeded_with_every_trial_in_mlflow(cluster,
 
     root = tmp_path / "runs" / "viajob"
     assert json.loads((root / "best" / "metrics.json").read_text())["test_accuracy"] > 0.5
-    [run] = [event for event in read_timeline(SweepPaths(root)) if event["event"] == "run"]
+    [run] = [event for event in read_timeline(SweepFolder(root)) if event["event"] == "run"]
     assert run["job"] == job_id and run["cluster"].endswith(f":{cluster.port}"), run
     nodes = _nodes_per_epoch(root)
     # Short trials may all run in one reused trial process (docs/ray-notes.md): which nodes
@@ -195,7 +195,7 @@ def test_a_sweep_joined_by_address_runs_on_the_cluster(cluster, tmp_path):
     assert json.loads((root / "best" / "metrics.json").read_text())["test_accuracy"] > 0.3
     used = {node for trial in _nodes_per_epoch(root).values() for node in trial}
     assert used <= {node.node_id for node in cluster.nodes}, f"trials ran on {used}, not on the cluster's nodes"
-    [run] = [event for event in read_timeline(SweepPaths(root)) if event["event"] == "run"]
+    [run] = [event for event in read_timeline(SweepFolder(root)) if event["event"] == "run"]
     assert run["cluster"].endswith(f":{cluster.port}") and "job" not in run, run  # joined it, not as a job
 
 
@@ -216,14 +216,14 @@ def test_a_stopped_job_saves_its_sweep_and_resubmitting_the_folder_finishes_it(c
     assert f"job {job_id}: STOPPED" in stopped.stdout
     status = _cli(cluster, "status", str(root))
     assert "interrupted" in status.stdout and not (root / "best").exists(), status.stdout
-    before = {trial: len(rows) for trial, rows in trial_histories(SweepPaths(root)).items()}
+    before = {trial: len(rows) for trial, rows in trial_histories(SweepFolder(root)).items()}
     cut = [trial for trial, count in before.items() if 0 < count < epochs]
     assert cut, before
 
     resumed = _cli(cluster, "submit", str(root), "--address", cluster.dashboard, "--follow")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "python -P -m tuner resume" in resumed.stdout.splitlines()[0]
-    histories = trial_histories(SweepPaths(root))
+    histories = trial_histories(SweepFolder(root))
     assert len(histories) == 2
     for trial, rows in histories.items():
         assert [row["epoch"] for row in rows] == list(range(1, epochs + 1)), trial  # continued, none repeated
@@ -263,7 +263,7 @@ def test_a_lost_worker_node_restarts_its_trial_from_its_checkpoint_and_the_job_s
 
     trial = cluster.wait_for(a_trial_on_the_worker_with_2_epochs, "a trial on the worker node to report 2 epochs")
     cluster.kill(worker)  # SIGKILL: raylet, workers and all, mid-epoch
-    reported = len(trial_histories(SweepPaths(root))[trial])
+    reported = len(trial_histories(SweepFolder(root))[trial])
     cluster.add_worker()  # room for the retry, as an autoscaler would bring
 
     follow = _cli(cluster, "jobs", "--address", cluster.dashboard)
@@ -271,14 +271,14 @@ def test_a_lost_worker_node_restarts_its_trial_from_its_checkpoint_and_the_job_s
     cluster.wait_for(lambda: _job_info(cluster, job_id)["status"] in ("SUCCEEDED", "FAILED", "STOPPED"), "the job")
     assert _job_info(cluster, job_id) == {"status": "SUCCEEDED", "exit": 0}
 
-    rows = trial_histories(SweepPaths(root))[trial]
+    rows = trial_histories(SweepFolder(root))[trial]
     assert [row["epoch"] for row in rows] == list(range(1, epochs + 1)), "epochs repeated or lost"
     restarted = rows[reported:]
     assert restarted and all(row["nodes"] != worker.node_id for row in restarted), "it ran again on the lost node"
     assert restarted[0]["resumed_from"] == trial, "the restart did not load the trial's own checkpoint"
     print(f"lost the worker after epoch {reported}; epoch {restarted[0]['epoch']} ran on {restarted[0]['nodes'][:8]}")
     steps = mlflow_children(root)  # one MLflow run per trial (it asserts no duplicate)
-    assert steps == {t: [r["epoch"] for r in rs] for t, rs in trial_histories(SweepPaths(root)).items()}
+    assert steps == {t: [r["epoch"] for r in rs] for t, rs in trial_histories(SweepFolder(root)).items()}
     assert steps[trial] == list(range(1, epochs + 1))
     assert_no_leaks_on(cluster.address, env=cluster.env)
 
@@ -308,7 +308,7 @@ def test_a_lost_head_is_named_by_jobs_and_status_and_the_sweep_resumes_on_a_new_
             pass
     for node in list(cluster.nodes):  # a worker node without its head is of no use
         cluster.kill(node)
-    before = {trial: len(rows) for trial, rows in trial_histories(SweepPaths(root)).items()}
+    before = {trial: len(rows) for trial, rows in trial_histories(SweepFolder(root)).items()}
     cut = [trial for trial, count in saved.items() if 2 <= count and before.get(trial, 0) < epochs]
     assert cut, (saved, before)
 
@@ -328,7 +328,7 @@ def test_a_lost_head_is_named_by_jobs_and_status_and_the_sweep_resumes_on_a_new_
             cluster, "submit", str(root), "--address", cluster.dashboard, "--follow", "--cluster-timeout", "600"
         )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    histories = trial_histories(SweepPaths(root))
+    histories = trial_histories(SweepFolder(root))
     assert len(histories) == 2
     for trial, rows in histories.items():
         assert [row["epoch"] for row in rows] == list(range(1, epochs + 1)), trial  # continued, none repeated

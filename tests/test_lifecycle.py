@@ -19,7 +19,7 @@ from integration_helpers import (
     wait_for_results,
 )
 
-from tuner.folder.store import SweepPaths, trial_histories
+from tuner.folder.store import SweepFolder, trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
@@ -34,13 +34,14 @@ def test_a_trial_that_raises_resumes_from_its_checkpoint(tmp_path, ray_tmp, runn
     )
     sweep_file = tmp_path / "retry.yaml"
     sweep_file.write_text(yaml.safe_dump(sweep))
-    process = start_sweep(sweep_file, env={"TUNER_TEST_FAIL_AT_EPOCH": "2", "RAY_TMPDIR": str(ray_tmp)})
+    faults = tmp_path / "faults"
+    process = start_sweep(sweep_file, env={"RAY_TMPDIR": str(ray_tmp)}, fail_once_at=(2, faults))
     stdout, stderr = process.communicate(timeout=900)
     assert process.returncode == 0, stderr[-3000:]
 
     root = tmp_path / "runs" / "it"
-    ((trial_id, rows),) = trial_histories(SweepPaths(root)).items()
-    assert list((root / "train").glob("*.failed-once")), "the injected fault did not fire"
+    ((trial_id, rows),) = trial_histories(SweepFolder(root)).items()
+    assert list(faults.glob(f"{trial_id}.failed-once")), "the injected fault did not fire"
     assert [r["epoch"] for r in rows] == [1, 2, 3]  # not restarted from epoch 1
     assert rows[1]["resumed_from"] == trial_id  # epoch 2 ran again from epoch 1's checkpoint
     assert rows[0]["resumed_from"] == ""
@@ -76,7 +77,7 @@ def test_a_killed_sweep_resumes_to_the_true_best(tmp_path, ray_tmp, runner):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     assert not first_place.exists(), "the resumed sweep wrote to where the folder was before"
-    results = trial_histories(SweepPaths(root))
+    results = trial_histories(SweepFolder(root))
     assert len(results) == 4
     for rows in results.values():  # every trial ran to the end across both halves, no epoch twice
         assert [row["epoch"] for row in rows] == [1, 2]

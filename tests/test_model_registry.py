@@ -17,7 +17,7 @@ from tuner.spec.config import SweepConfig
 
 def _finish(tmp_path: Path, register: bool) -> tuple[Any, str | None]:
     """A sweep's record, finished with a small CNN as its best model; (record, finish's answer)."""
-    from tuner.folder.store import SweepPaths
+    from tuner.folder.store import SweepFolder
     from tuner.models.builtin import build_model
     from tuner.results.export import ExportedModel
     from tuner.tracking.mlflow_runs import SweepRecord
@@ -25,7 +25,7 @@ def _finish(tmp_path: Path, register: bool) -> tuple[Any, str | None]:
     sweep = SweepConfig.model_validate(
         {"name": "reg", "output_dir": str(tmp_path / "runs"), "tracking": {"mlflow": {"registry": register}}}
     )
-    paths = SweepPaths(tmp_path / "runs" / "reg")
+    paths = SweepFolder(tmp_path / "runs" / "reg")
     (paths.root / "tune").mkdir(parents=True)
     record = SweepRecord(sweep, paths)
     data = {"dataset": "mnist", "mean": [0.1307], "std": [0.3081], "channels": 1, "size": 28, "num_classes": 10}

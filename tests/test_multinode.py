@@ -24,7 +24,7 @@ from integration_helpers import (
 )
 
 from tuner.folder import remote
-from tuner.folder.store import SweepPaths, trial_histories
+from tuner.folder.store import SweepFolder, trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -96,7 +96,7 @@ def _run(tmp_path: Path, cluster, name: str, **sections):
 
 
 def _nodes_per_epoch(root: Path) -> dict[str, list[list[str]]]:
-    histories = trial_histories(SweepPaths(root))
+    histories = trial_histories(SweepFolder(root))
     return {trial: [row["nodes"].split(",") for row in rows] for trial, rows in histories.items()}
 
 
@@ -165,13 +165,13 @@ def _kill_the_node_of_a_running_trial(cluster, root: Path, process) -> tuple[str
     returns (trial id, lost node id, epochs it had reported)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        histories = trial_histories(SweepPaths(root)) if (root / "history").is_dir() else {}
+        histories = trial_histories(SweepFolder(root)) if (root / "history").is_dir() else {}
         ready = [(trial, rows) for trial, rows in histories.items() if len(rows) >= 2]
         if ready:
             trial, rows = ready[0]
             node_id = rows[-1]["nodes"]
             cluster.remove_node(_workers(cluster)[node_id], allow_graceful=False)
-            return trial, node_id, len(trial_histories(SweepPaths(root))[trial])
+            return trial, node_id, len(trial_histories(SweepFolder(root))[trial])
         assert process.poll() is None, process.communicate()
         time.sleep(0.2)
     raise AssertionError("no trial reached 2 epochs in time")
@@ -194,14 +194,14 @@ def test_a_lost_node_restarts_its_trial_from_its_checkpoint_on_a_surviving_node(
     out, err = process.communicate(timeout=600)
     assert process.returncode == 0, out[-3000:] + err[-3000:]
 
-    rows = trial_histories(SweepPaths(root))[trial]
+    rows = trial_histories(SweepFolder(root))[trial]
     assert [row["epoch"] for row in rows] == list(range(1, epochs + 1)), "epochs repeated or lost"
     restarted = rows[reported:]
     assert restarted and all(row["nodes"] != lost for row in restarted), "the lost trial ran again on the lost node"
     assert restarted[0]["resumed_from"] == trial, "the restart did not load the trial's own checkpoint"
     print(f"lost node after epoch {reported}; restart epoch {restarted[0]['epoch']} on {restarted[0]['nodes'][:8]}")
     steps = mlflow_children(root)  # one MLflow run per trial (it asserts no duplicate)
-    assert sorted(steps) == sorted(trial_histories(SweepPaths(root))) and steps[trial] == list(range(1, epochs + 1))
+    assert sorted(steps) == sorted(trial_histories(SweepFolder(root))) and steps[trial] == list(range(1, epochs + 1))
     assert_no_leaks_on(cluster.address)
 
 
@@ -223,15 +223,15 @@ def test_without_retries_a_lost_node_errors_its_trial_and_resume_retries_it(clus
     status = tuner_cli("status", str(root))
     line = next(line for line in status.stdout.splitlines() if line.startswith(trial))
     assert "errored" in line, status.stdout + f"\nrc={process.returncode}\n" + out[-4000:] + err[-4000:]
-    other = [t for t in trial_histories(SweepPaths(root)) if t != trial]
-    assert len(trial_histories(SweepPaths(root))[other[0]]) == epochs, "the other trial did not finish"
+    other = [t for t in trial_histories(SweepFolder(root)) if t != trial]
+    assert len(trial_histories(SweepFolder(root))[other[0]]) == epochs, "the other trial did not finish"
     reason = next(line for line in status.stdout.splitlines() if line.startswith(f"  {trial} errored: "))
     assert "actor" in reason.lower(), reason  # Ray's words for the lost trial process, not just "errored"
 
     _ensure_two_workers(cluster)
     resumed = tuner_cli("resume", str(root), "--address", cluster.address, env=venv_env())
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    rows = trial_histories(SweepPaths(root))[trial]
+    rows = trial_histories(SweepFolder(root))[trial]
     assert [row["epoch"] for row in rows] == list(range(1, epochs + 1))
     assert rows[reported]["resumed_from"] == trial
     assert_no_leaks_on(cluster.address)

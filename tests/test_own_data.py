@@ -17,6 +17,7 @@ from tuner.data.datasets import load_split, load_test_split, resolve_root, split
 from tuner.driver.sweep import run_sweep
 from tuner.folder.store import trial_histories
 from tuner.spec.config import SweepConfig
+from tuner.trial.testing import FailOnceAt
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -177,13 +178,12 @@ def test_a_set_several_times_the_object_store_streams_through_ray_data(small_sto
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_streamed_trial_resumes_from_its_checkpoint_and_ddp_workers_read_their_own_shards(
-    small_store_ray, digits, tmp_path, monkeypatch, workers
+    small_store_ray, digits, tmp_path, workers
 ):
-    monkeypatch.setenv("TUNER_TEST_FAIL_AT_EPOCH", "2")  # the trial fails once at epoch 2, then retries
     data = {"dataset": "image_folder", "path": str(digits / "folder"), "channels": 1, "streaming": True}
     scaling = {"workers": 1, "runner": "direct"} if workers == 1 else {"workers": 2, "cpus_per_worker": 0.5}
     sweep = _sweep(tmp_path, f"stream{workers}", data, scaling=scaling, trials={"num_samples": 1, "max_failures": 1})
-    outcome = run_sweep(sweep)
+    outcome = run_sweep(sweep, hooks=FailOnceAt(2, tmp_path / "faults"))  # fails once at epoch 2, then retries
 
     ((trial_id, rows),) = trial_histories(outcome.paths).items()
     assert [row["epoch"] for row in rows] == [1, 2]

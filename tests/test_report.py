@@ -14,7 +14,7 @@ import pytest
 import yaml
 from integration_helpers import small_sweep, tuner_cli
 
-from tuner.folder.store import SweepPaths
+from tuner.folder.store import SweepFolder
 from tuner.results import report
 from tuner.results.summaries import TrialSummary
 from tuner.spec.config import SweepConfig
@@ -55,7 +55,7 @@ def _made_up(tmp_path: Path, rows: dict[str, list[float]], configs: dict[str, di
     ]
     return report.Sweep(
         config=config,
-        paths=SweepPaths(tmp_path / "made_up"),
+        paths=SweepFolder(tmp_path / "made_up"),
         label="made_up",
         trials=trials,
         histories=histories,
@@ -242,7 +242,7 @@ def test_the_report_of_a_sweep_has_every_plot_and_trial_and_is_logged_to_mlflow(
     assert len(page.figures) == 5 and all(shapes > 20 for shapes in page.figures), page.figures
     assert any("fANOVA" in caption for caption in page.captions)
     assert any("ASHA's rungs" in caption for caption in page.captions)
-    histories = trial_histories(SweepPaths(root))
+    histories = trial_histories(SweepFolder(root))
     trial_rows = [row for row in page.rows if row and row[0] in histories]
     assert sorted(row[0] for row in trial_rows) == sorted(histories)  # one row per trial
     header = next(row for row in page.rows if row and row[0] == "trial")
@@ -260,14 +260,14 @@ def test_the_report_of_a_sweep_has_every_plot_and_trial_and_is_logged_to_mlflow(
     assert pngs == ["best_so_far.png", "importance.png", "learning_curves.png", "parallel.png", "timeline.png"]
     assert all((root / "report" / name).read_bytes()[:4] == b"\x89PNG" for name in pngs)
 
-    state = read_mlflow_state(SweepPaths(root))
+    state = read_mlflow_state(SweepFolder(root))
     client = MlflowClient(state["tracking_uri"])
     logged = client.list_artifacts(state["parent_run_id"], "report")  # copied into the local artifact folder
     assert sorted(Path(a.path).name for a in logged) == sorted(["report.html", *pngs])
 
     # A second time: the same files, rewritten; the user's file untouched. Through
     # MLflow's client this time, as for a sweep recorded without its artifact folder.
-    write_mlflow_state(SweepPaths(root), {k: v for k, v in state.items() if k != "parent_artifacts"})
+    write_mlflow_state(SweepFolder(root), {k: v for k, v in state.items() if k != "parent_artifacts"})
     first = page_file.stat().st_mtime_ns
     _report(str(root))
     assert page_file.stat().st_mtime_ns > first and mine.read_text() == "mine"

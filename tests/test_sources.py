@@ -119,7 +119,7 @@ def test_a_data_path_error_names_the_sweep_file_and_line_of_data_path_in_a_sweep
     them: in the sweep file, and in a resumed sweep's folder, in its sweep.yaml."""
     from tuner.driver.sweep import _load_data, save_resolved_config
     from tuner.errors import ConfigError
-    from tuner.folder.store import SweepPaths
+    from tuner.folder.store import SweepFolder
     from tuner.results.summaries import open_sweep
     from tuner.spec.config import load_sweep
 
@@ -131,7 +131,7 @@ def test_a_data_path_error_names_the_sweep_file_and_line_of_data_path_in_a_sweep
     sweep = load_sweep(str(sweep_file), [f"output_dir={tmp_path / 'runs'}"])
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(sweep_file))}:4: data\.path: .*nowhere is not a folder$"):
         _load_data(sweep)
-    paths = SweepPaths(tmp_path / "runs" / "mine")
+    paths = SweepFolder(tmp_path / "runs" / "mine")
     paths.root.mkdir(parents=True)
     save_resolved_config(sweep, paths)
     line = 1 + [text.strip() for text in paths.config.read_text().splitlines()].index(f"path: {missing}")

@@ -23,8 +23,8 @@ from tuner.errors import TunerError
 from tuner.folder.store import (
     LOCK_FILE,
     StorageError,
+    SweepFolder,
     SweepLock,
-    SweepPaths,
     append_history,
     append_line,
     best_epoch,
@@ -106,8 +106,8 @@ def test_a_second_process_is_refused_with_the_holders_pid_and_a_killed_holder_le
                 f"""
                 import time
                 from pathlib import Path
-                from tuner.folder.store import SweepLock, SweepPaths
-                with SweepLock(SweepPaths(Path({str(paths.root)!r}))):
+                from tuner.folder.store import SweepLock, SweepFolder
+                with SweepLock(SweepFolder(Path({str(paths.root)!r}))):
                     print("held", flush=True)
                     time.sleep(120)
                 """
@@ -157,7 +157,7 @@ def test_a_full_disk_keeps_the_old_file_whole_and_says_so_in_one_line(small_fs):
 
 
 def test_an_append_on_a_full_disk_leaves_no_partial_line(small_fs):
-    paths = SweepPaths(small_fs / "sweep")
+    paths = SweepFolder(small_fs / "sweep")
     append_history(paths, "t1", {"training_iteration": 1, "val_accuracy": 0.5})
     (paths.history / "t1.jsonl").write_text((paths.history / "t1.jsonl").read_text())  # settle its block
     _fill(small_fs)
@@ -173,7 +173,7 @@ def test_an_append_on_a_full_disk_leaves_no_partial_line(small_fs):
 
 
 def test_an_epoch_re_run_after_a_crash_replaces_the_lost_ones(tmp_path):
-    paths = SweepPaths(tmp_path)
+    paths = SweepFolder(tmp_path)
     for step in (1, 2, 3):
         assert append_history(paths, "t", {"training_iteration": step, "val_loss": 1.0 / step})
     assert not append_history(paths, "t", {"training_iteration": 2, "val_loss": 0.4})
@@ -192,7 +192,7 @@ def test_an_epoch_re_run_after_a_crash_replaces_the_lost_ones(tmp_path):
     ids=["truncated", "not_an_object", "no_epoch", "not_utf8"],
 )
 def test_a_corrupt_history_is_one_error_naming_the_file(tmp_path, text, message):
-    paths = SweepPaths(tmp_path)
+    paths = SweepFolder(tmp_path)
     paths.history.mkdir()
     (paths.history / "t.jsonl").write_bytes(text.encode("latin-1"))
     with pytest.raises(TunerError, match=message) as raised:
@@ -202,7 +202,7 @@ def test_a_corrupt_history_is_one_error_naming_the_file(tmp_path, text, message)
 
 @pytest.mark.parametrize("text", ["{", "[]", '{"trials": []}', '{"tracking_uri": 3}'])
 def test_a_malformed_mlflow_run_map_is_one_error_naming_it(tmp_path, text):
-    paths = SweepPaths(tmp_path)
+    paths = SweepFolder(tmp_path)
     paths.mlflow_state.write_text(text)
     with pytest.raises(TunerError, match=rf"{paths.mlflow_state}: not a readable MLflow run map"):
         read_mlflow_state(paths)

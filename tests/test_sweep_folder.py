@@ -22,7 +22,7 @@ import pytest
 import yaml
 from integration_helpers import data_root, mlflow_children, small_sweep, start_sweep, tuner_cli, wait_for_results
 
-from tuner.folder.store import STATE_COPY_SUFFIX, SweepPaths, best_epoch, trial_histories
+from tuner.folder.store import STATE_COPY_SUFFIX, SweepFolder, best_epoch, trial_histories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
@@ -82,7 +82,7 @@ def finished(tmp_path_factory):
 
 def _agree(root: Path) -> str:
     """status, best, the export and MLflow name the same best trial; returns it."""
-    histories = trial_histories(SweepPaths(root))
+    histories = trial_histories(SweepFolder(root))
     best = best_epoch(histories, "val_accuracy", "max")
     exported = json.loads((root / "best" / "metrics.json").read_text())
     assert (exported["trial_id"], exported["epoch"]) == (best.trial_id, best.epoch)
@@ -113,7 +113,7 @@ def test_the_same_sweep_twice_gets_a_folder_of_its_own_and_mixes_nothing(finishe
     assert f"({first} holds an earlier, finished run of this sweep, kept as it is)" in again.stdout
     assert f"exported to {second / 'best'}" in again.stdout
     # Off a terminal: tuner's own line per event, not Ray's tables, boxes and hints.
-    for trial_id in trial_histories(SweepPaths(second)):
+    for trial_id in trial_histories(SweepFolder(second)):
         assert re.search(rf"^\[ *\d+s\] trial {trial_id} started: ", again.stdout, re.M), again.stdout
         assert re.search(rf"^\[ *\d+s\] trial {trial_id} epoch 1/2: val_accuracy=0\.\d{{4}}$", again.stdout, re.M)
         assert re.search(rf"trial {trial_id} (finished: 2 epochs|stopped early after epoch 1)", again.stdout)
@@ -127,8 +127,8 @@ def test_the_same_sweep_twice_gets_a_folder_of_its_own_and_mixes_nothing(finishe
     after = {p.relative_to(first): p.stat().st_mtime_ns for p in first.rglob("*") if p.is_file()}
     assert after == before, "the second run touched the first run's folder"
 
-    first_trials = set(trial_histories(SweepPaths(first)))
-    second_trials = set(trial_histories(SweepPaths(second)))
+    first_trials = set(trial_histories(SweepFolder(first)))
+    second_trials = set(trial_histories(SweepFolder(second)))
     assert len(first_trials) == len(second_trials) == 2 and not first_trials & second_trials
     _agree(first)
     _agree(second)
@@ -167,7 +167,7 @@ def test_two_sweeps_at_once_in_one_output_folder_both_complete(tmp_path, ray_tmp
         assert "database is locked" not in stderr
     for name in ("left", "right"):
         root = tmp_path / "runs" / name
-        histories = trial_histories(SweepPaths(root))
+        histories = trial_histories(SweepFolder(root))
         assert len(histories) == 2 and all(len(rows) == 2 for rows in histories.values())
         assert _agree(root)
         client, state = _mlflow(root)
@@ -192,12 +192,12 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_resume_finishes_it(tmp_path
     env = {"RAY_TMPDIR": str(ray_tmp)}
     line = _ends_in_one_line_error(tuner_cli("sweep", str(sweep_file), env=env))
     assert "No space left on device" in line and f"python -m tuner resume {root}" in line, line
-    recorded = trial_histories(SweepPaths(root))  # what was recorded is whole
+    recorded = trial_histories(SweepFolder(root))  # what was recorded is whole
     assert [[row["epoch"] for row in rows] for rows in recorded.values()] == [[1]], recorded
 
     subprocess.run(["mount", "-o", "remount,size=256m", str(small_disk)], check=True)  # space is back
     _ok(tuner_cli("resume", str(root), env=env))
-    histories = trial_histories(SweepPaths(root))
+    histories = trial_histories(SweepFolder(root))
     assert set(histories) == set(recorded)
     for rows in histories.values():
         assert [row["epoch"] for row in rows] == [1, 2]
@@ -207,15 +207,16 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_resume_finishes_it(tmp_path
 def test_resume_retries_an_errored_trial_from_its_checkpoint(tmp_path, ray_tmp):
     sweep_file = _sweep_file(tmp_path, space={"params": {"dropout": {"grid": [0.25]}}})
     root = tmp_path / "runs" / "it"
-    env = {"RAY_TMPDIR": str(ray_tmp), "TUNER_TEST_FAIL_AT_EPOCH": "2"}
-    _ok(tuner_cli("sweep", str(sweep_file), env=env))  # the trial errors at epoch 2: no retries set
+    env = {"RAY_TMPDIR": str(ray_tmp)}
+    # The trial errors at epoch 2 (no retries set); resume retries it.
+    _ok(tuner_cli("sweep", str(sweep_file), env=env, fail_once_at=(2, tmp_path / "faults")))
     status = _ok(tuner_cli("status", str(root), timeout=120)).stdout
     assert "errored" in status, status
-    ((trial_id, rows),) = trial_histories(SweepPaths(root)).items()
+    ((trial_id, rows),) = trial_histories(SweepFolder(root)).items()
     assert [row["epoch"] for row in rows] == [1]
 
     _ok(tuner_cli("resume", str(root), env=env))
-    ((_, rows),) = trial_histories(SweepPaths(root)).items()
+    ((_, rows),) = trial_histories(SweepFolder(root)).items()
     assert [row["epoch"] for row in rows] == [1, 2]
     assert rows[1]["resumed_from"] == trial_id  # from epoch 1's checkpoint, not from scratch
     status = _ok(tuner_cli("status", str(root), timeout=120)).stdout
@@ -390,12 +391,12 @@ def test_resuming_a_finished_sweep_changes_nothing_and_registers_nothing_new(fin
     _, root = finished
     client, _ = _mlflow(root)
     versions_before = sorted(v.version for v in client.search_model_versions("name='mnist_cnn'"))
-    histories_before = trial_histories(SweepPaths(root))
+    histories_before = trial_histories(SweepFolder(root))
     exported_before = json.loads((root / "best" / "metrics.json").read_text())
 
     done = _ok(tuner_cli("resume", str(root)))
     assert f"best trial {exported_before['trial_id']} at epoch {exported_before['epoch']}" in done.stdout
-    assert trial_histories(SweepPaths(root)) == histories_before
+    assert trial_histories(SweepFolder(root)) == histories_before
     assert sorted(v.version for v in client.search_model_versions("name='mnist_cnn'")) == versions_before
     assert json.loads((root / "best" / "metrics.json").read_text())["trial_id"] == exported_before["trial_id"]
     _agree(root)

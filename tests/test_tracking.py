@@ -295,11 +295,11 @@ def test_a_run_created_just_before_a_crash_is_adopted_not_made_twice(tmp_path):
     finds the trial's run by its tags and keeps logging into it."""
     from mlflow.tracking import MlflowClient
 
-    from tuner.folder.store import SweepPaths
+    from tuner.folder.store import SweepFolder
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "crash", "output_dir": str(tmp_path / "runs")})
-    paths = SweepPaths(tmp_path / "runs" / "crash")
+    paths = SweepFolder(tmp_path / "runs" / "crash")
     (paths.root / "tune").mkdir(parents=True)
     record = SweepRecord(sweep, paths)
     before = (paths.root / "mlflow.json").read_text()
@@ -323,11 +323,11 @@ def test_epochs_queued_when_the_driver_died_are_written_from_the_history(tmp_pat
     written on resume from the history (which the driver appends first), once each."""
     from mlflow.tracking import MlflowClient
 
-    from tuner.folder.store import SweepPaths, append_history, trial_histories
+    from tuner.folder.store import SweepFolder, append_history, trial_histories
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "queued", "output_dir": str(tmp_path / "runs")})
-    paths = SweepPaths(tmp_path / "runs" / "queued")
+    paths = SweepFolder(tmp_path / "runs" / "queued")
     (paths.root / "tune").mkdir(parents=True)
     paths.history.mkdir()
     record = SweepRecord(sweep, paths)
@@ -354,11 +354,11 @@ def test_epochs_written_before_mlflow_json_could_be_saved_are_not_written_twice(
     mlflow.json's last step behind MLflow: the resume asks MLflow, and writes each epoch once."""
     from mlflow.tracking import MlflowClient
 
-    from tuner.folder.store import SweepPaths, append_history, trial_histories
+    from tuner.folder.store import SweepFolder, append_history, trial_histories
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "behind", "output_dir": str(tmp_path / "runs")})
-    paths = SweepPaths(tmp_path / "runs" / "behind")
+    paths = SweepFolder(tmp_path / "runs" / "behind")
     (paths.root / "tune").mkdir(parents=True)
     paths.history.mkdir()
     record = SweepRecord(sweep, paths)
@@ -391,11 +391,11 @@ def test_epochs_of_a_trial_whose_run_the_killed_driver_had_not_recorded_are_writ
     every epoch from 1, once each."""
     from mlflow.tracking import MlflowClient
 
-    from tuner.folder.store import SweepPaths, append_history, trial_histories
+    from tuner.folder.store import SweepFolder, append_history, trial_histories
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "late", "output_dir": str(tmp_path / "runs")})
-    paths = SweepPaths(tmp_path / "runs" / "late")
+    paths = SweepFolder(tmp_path / "runs" / "late")
     (paths.root / "tune").mkdir(parents=True)
     paths.history.mkdir()
     record = SweepRecord(sweep, paths)

@@ -227,7 +227,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tuner.results.summaries import best_trial, how_to_continue, open_sweep, trial_summaries
+    from tuner.cluster.connect import how_to_continue
+    from tuner.results.summaries import best_trial, open_sweep, trial_summaries
 
     sweep, paths = open_sweep(args.folder)
     summaries = trial_summaries(sweep, paths)
@@ -346,10 +347,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tuner.folder.remote import is_uri
+    from tuner.folder.remote import is_remote
     from tuner.results.ui import serve
 
-    if is_uri(args.output):
+    if is_remote(args.output):
         raise TunerError(
             f"{args.output}: ui serves a local output folder; for a sweep at a storage URI open your MLflow "
             "server's own UI, and point TensorBoard at the sweep's tune/ folder there"

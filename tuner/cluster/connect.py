@@ -13,7 +13,9 @@ from typing import Any
 
 from tuner.errors import TunerError
 from tuner.folder import remote
-from tuner.folder.store import SweepPaths, write_atomic
+from tuner.folder.store import SweepFolder, in_use, read_timeline, write_atomic
+from tuner.results.summaries import UNDONE, TrialSummary
+from tuner.spec.config import SweepConfig
 from tuner.spec.shipped import PACKAGE_DIR
 
 # How long a command waits for a cluster to do what it asked (a job agent to take a job,
@@ -80,7 +82,7 @@ def send_auth_token_if_any() -> None:
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-def check_shared_storage(paths: SweepPaths, timeout_s: float = CLUSTER_TIMEOUT_S) -> None:
+def check_shared_storage(paths: SweepFolder, timeout_s: float = CLUSTER_TIMEOUT_S) -> None:
     """On a cluster of several nodes, every node must see the sweep folder (Tune's trials
     write their checkpoints there): a marker written here must be visible from each node.
     A local disk of the driver's machine fails this at once, not at the first checkpoint."""
@@ -101,13 +103,8 @@ def check_shared_storage(paths: SweepPaths, timeout_s: float = CLUSTER_TIMEOUT_S
 
     @ray.remote(num_cpus=0)
     def sees(path: str) -> bool:
-        if "://" not in path:
-            return os.path.exists(path)
         try:
-            import pyarrow.fs
-
-            fs, inner = pyarrow.fs.FileSystem.from_uri(path)
-            return fs.get_file_info(inner).type != pyarrow.fs.FileType.NotFound
+            return remote.exists(path)
         except Exception:  # no package, no credentials, no route: this node cannot see it
             return False
 
@@ -167,3 +164,24 @@ def answers(address: str, timeout_s: float = 2.0) -> bool:
     except (OSError, ValueError):
         return False
     return True
+
+
+def how_to_continue(sweep: SweepConfig, paths: SweepFolder, summaries: list[TrialSummary], folder: str) -> str | None:
+    """One line for a sweep that no process is running and that has trials left: how to go
+    on, and, when its last run joined a cluster that no longer answers, that it is gone."""
+    if not any(t.status in UNDONE for t in summaries) and len(summaries) >= sweep.total_trials:
+        return None
+    if in_use(paths):
+        return None
+    last_run = next((e for e in reversed(read_timeline(paths)) if e.get("event") == "run"), {})
+    cluster = last_run.get("cluster")
+    if cluster is None:
+        return f"not running: continue it with: python -m tuner resume {folder}"
+    as_job = f"python -m tuner submit {folder} --address http://HEAD:8265"
+    if answers(cluster):
+        resume = f"python -m tuner resume {folder} --address {cluster}"
+        return f"not running: continue it on its cluster: {resume} (or {as_job})"
+    return (
+        f"not running, and its cluster {cluster} does not answer (its head node is gone?): start a cluster, then "
+        f"resume it with: python -m tuner resume {folder} --address HEAD:6379 (or {as_job})"
+    )

@@ -25,6 +25,7 @@ from typing import Any
 
 from tuner.cluster.connect import CLUSTER_TIMEOUT_S
 from tuner.errors import TunerError
+from tuner.folder.remote import is_remote, same_on_every_node
 from tuner.spec.config import SweepConfig, load_sweep, resolve_sweep_path
 from tuner.spec.shipped import JOB_FILES, PACKAGE_DIR, registry_dir
 
@@ -79,26 +80,24 @@ def _quiet_client_logs() -> None:
 def check_cluster_paths(sweep: SweepConfig, file: str) -> None:
     """A job's working directory on the cluster is temporary: its outputs and data must be
     named by absolute paths (or URIs) that the cluster's nodes reach."""
-    if not _is_absolute(sweep.output_dir):
+    if not same_on_every_node(sweep.output_dir):
         raise TunerError(
             f"{file}: output_dir: a job's working directory on the cluster is temporary, so it needs an absolute "
             f"path on storage every node reaches, but got {sweep.output_dir!r}; "
             "e.g. --set output_dir=/mnt/shared/runs"
         )
-    if sweep.data.root is not None and not _is_absolute(sweep.data.root):
+    if sweep.data.root is not None and not same_on_every_node(sweep.data.root):
         raise TunerError(
             f"{file}: data.root: a job needs a path that exists on the cluster's nodes, but got the relative "
             f"{sweep.data.root!r}; give an absolute path, or leave it out to use the cluster's $TUNER_DATA_DIR"
         )
-    if sweep.data.path is not None and not _is_absolute(sweep.data.path):
+    if sweep.data.path is not None and not same_on_every_node(sweep.data.path):
         raise TunerError(
             f"{file}: data.path: a job needs a path that exists on the cluster's nodes, but got the relative "
             f"{sweep.data.path!r}; give an absolute path on storage the cluster reaches"
         )
 
 
-def _is_absolute(path: str) -> bool:
-    return "://" in path or Path(path).is_absolute()  # a storage URI is the same from every node
 
 
 def submit(
@@ -113,7 +112,7 @@ def submit(
     """Validate here, then submit ``sweep`` (a file) or ``resume`` (a sweep folder) as a job;
     the cluster has ``cluster_timeout_s`` to accept it, and its driver the same for its waits."""
     folder = Path(target)
-    if "://" in target or (folder.is_dir() and (folder / "sweep.yaml").is_file()):
+    if is_remote(target) or (folder.is_dir() and (folder / "sweep.yaml").is_file()):
         if overrides or smoke:
             raise TunerError(f"{target}: a sweep folder is resumed as it was configured; drop --set and --smoke")
         from tuner.results.summaries import open_sweep

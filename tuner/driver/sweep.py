@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -33,8 +33,11 @@ from tuner.data.datasets import TrainingData
 from tuner.driver.progress import show
 from tuner.errors import ConfigError, TunerError
 from tuner.folder import remote, store
-from tuner.folder.store import SweepLock, SweepPaths, claim_new, release_unused, write_atomic
+from tuner.folder.store import SweepFolder, SweepLock, release_unused, write_atomic
 from tuner.spec.config import SweepConfig
+
+if TYPE_CHECKING:
+    from tuner.trial.session import TrialHooks
 
 DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation for the trial driver process
 
@@ -80,7 +83,7 @@ def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bo
 
 
 def describe(
-    sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: SweepPaths, held: str = "in memory"
+    sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: SweepFolder, held: str = "in memory"
 ) -> str:
     specs = sweep.param_specs()
     searched = ", ".join(f"{k} ({s.kind})" for k, s in specs.items() if s.kind != "constant") or "nothing"
@@ -100,7 +103,7 @@ def describe(
     )
 
 
-def _earlier_run_note(sweep: SweepConfig, paths: SweepPaths) -> list[str]:
+def _earlier_run_note(sweep: SweepConfig, paths: SweepFolder) -> list[str]:
     """A second run of a sweep goes to a new folder; say where the first one is."""
     if paths.root.name == sweep.name:
         return []
@@ -117,7 +120,7 @@ def _earlier_run_note(sweep: SweepConfig, paths: SweepPaths) -> list[str]:
 
 def build_tuner(
     sweep: SweepConfig,
-    paths: SweepPaths,
+    paths: SweepFolder,
     data_ref: Any,
     use_gpu: bool,
     slots: int,
@@ -125,6 +128,7 @@ def build_tuner(
     restore: bool = False,
     reporter: Any = None,
     streamed: bool = False,
+    hooks: TrialHooks | None = None,
 ) -> Any:
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
     from ray import tune
@@ -134,8 +138,8 @@ def build_tuner(
     from tuner.spec import schedulers, searchers, spaces
     from tuner.tracking import mlflow_runs as tracking
     from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver
+    from tuner.trial.session import TrialHooks
 
-    fail_at = os.environ.get("TUNER_TEST_FAIL_AT_EPOCH")
     setup = TrialSetup(
         model_name=sweep.model.name,
         model_defaults=sweep.model.model_dump(exclude={"name"}),
@@ -147,8 +151,7 @@ def build_tuner(
         train_dir=paths.train_storage,
         seed=sweep.seed,
         direct=sweep.scaling.direct,
-        fail_once_at_epoch=int(fail_at) if fail_at else None,
-        train_on_cpu=os.environ.get("TUNER_TEST_TRAIN_ON_CPU") == "1",
+        hooks=hooks or TrialHooks(),
         augment=tuple(sweep.data.augment),
         crop_padding=sweep.data.crop_padding,
         streamed=streamed,
@@ -202,7 +205,7 @@ def build_tuner(
     )
 
 
-def save_resolved_config(sweep: SweepConfig, paths: SweepPaths) -> None:
+def save_resolved_config(sweep: SweepConfig, paths: SweepFolder) -> None:
     write_atomic(paths.config, yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
 
 
@@ -253,7 +256,7 @@ def _stop_cleanly_on_ctrl_c():
             logger.setLevel(level)
 
 
-def can_resume(paths: SweepPaths) -> bool:
+def can_resume(paths: SweepFolder) -> bool:
     from ray import tune
 
     if paths.remote:
@@ -263,7 +266,7 @@ def can_resume(paths: SweepPaths) -> bool:
 
 @dataclass
 class SweepOutcome:
-    paths: SweepPaths
+    paths: SweepFolder
     results: Any  # ray.tune.ResultGrid
     best: dict[str, Any]  # best/metrics.json
 
@@ -273,11 +276,12 @@ def run_sweep(
     *,
     address: str | None = None,
     verbose: bool = False,
-    paths: SweepPaths | None = None,
+    paths: SweepFolder | None = None,
     cluster_timeout_s: float = CLUSTER_TIMEOUT_S,
+    hooks: TrialHooks | None = None,
 ) -> SweepOutcome:
     """Run a sweep in a folder of its own and export its best model; with ``paths``,
-    resume the sweep in that folder instead.
+    resume the sweep in that folder instead. ``hooks``: tests' seams in every trial.
 
     A new sweep never writes into an existing folder: it claims ``<name>``, else
     ``<name>-2``, ... The folder is locked for as long as this process writes to it.
@@ -299,7 +303,14 @@ def run_sweep(
             else:
                 save_resolved_config(sweep, paths)
             return _fit_and_export(
-                sweep, paths, data, address=address, verbose=verbose, resume=resume, cluster_timeout_s=cluster_timeout_s
+                sweep,
+                paths,
+                data,
+                address=address,
+                verbose=verbose,
+                resume=resume,
+                cluster_timeout_s=cluster_timeout_s,
+                hooks=hooks,
             )
     except BaseException:
         if not resume:
@@ -314,11 +325,8 @@ def run_sweep(
             atexit.register(remote.discard, paths.root)
 
 
-def _claim(sweep: SweepConfig) -> SweepPaths:
-    if remote.is_uri(sweep.output_dir):
-        uri = remote.claim_new(sweep.output_dir, sweep.name)
-        return SweepPaths(remote.working_copy(remote.name(uri)), remote=uri)
-    return claim_new(sweep.output_dir, sweep.name)
+def _claim(sweep: SweepConfig) -> SweepFolder:
+    return SweepFolder.claim(sweep.output_dir, sweep.name)
 
 
 def _load_data(sweep: SweepConfig) -> Any:
@@ -341,7 +349,7 @@ def _smallest_object_store() -> float:
     return min(stores) if stores else 0.0
 
 
-def _ready_data(sweep: SweepConfig, planned: Any, paths: SweepPaths, resume: bool, verbose: bool) -> tuple[Any, str]:
+def _ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: bool, verbose: bool) -> tuple[Any, str]:
     """The data trials read, and how (the plan line's words): in memory, decoded or from
     the cache, or streamed when the decoded set would not fit. A resumed sweep keeps the
     way its first run chose (its searcher, restored by Tune, keeps that run's cap)."""
@@ -379,7 +387,7 @@ def _ready_data(sweep: SweepConfig, planned: Any, paths: SweepPaths, resume: boo
     return data, f"in memory ({size}, {how})"
 
 
-def _check_resumable(sweep: SweepConfig, paths: SweepPaths) -> None:
+def _check_resumable(sweep: SweepConfig, paths: SweepFolder) -> None:
     """Every record resume builds on reads back; else one line naming the file. (Tune,
     given a state it cannot load, would start the sweep again from scratch.)"""
     from tuner.results.summaries import analysis
@@ -395,13 +403,14 @@ def _check_resumable(sweep: SweepConfig, paths: SweepPaths) -> None:
 
 def _fit_and_export(
     sweep: SweepConfig,
-    paths: SweepPaths,
+    paths: SweepFolder,
     data: Any,
     *,
     address: str | None,
     verbose: bool,
     resume: bool,
     cluster_timeout_s: float,
+    hooks: TrialHooks | None,
 ) -> SweepOutcome:
     """Start or join Ray, fit, export; a write the machine refused ends it in one line."""
     import ray
@@ -411,7 +420,14 @@ def _fit_and_export(
     try:
         with store.writing_records_to(paths):
             return _run(
-                sweep, paths, data, resume=resume, verbose=verbose, cluster_timeout_s=cluster_timeout_s, address=address
+                sweep,
+                paths,
+                data,
+                resume=resume,
+                verbose=verbose,
+                cluster_timeout_s=cluster_timeout_s,
+                address=address,
+                hooks=hooks,
             )
     except Exception as error:
         failure = store.failed_write(error, paths.root)
@@ -445,7 +461,7 @@ def _ray_output(verbose: bool) -> Iterator[None]:
             os.environ["RAY_AIR_NEW_OUTPUT"] = before
 
 
-def _reporter(sweep: SweepConfig, paths: SweepPaths) -> Any:
+def _reporter(sweep: SweepConfig, paths: SweepFolder) -> Any:
     """The progress view (tuner/driver/progress.py), seeded with a resumed sweep's best so far."""
     from tuner.driver.progress import Progress, Reporter
 
@@ -459,13 +475,14 @@ def _reporter(sweep: SweepConfig, paths: SweepPaths) -> Any:
 
 def _run(
     sweep: SweepConfig,
-    paths: SweepPaths,
+    paths: SweepFolder,
     data: Any,
     *,
     resume: bool,
     verbose: bool = False,
     cluster_timeout_s: float = CLUSTER_TIMEOUT_S,
     address: str | None = None,
+    hooks: TrialHooks | None = None,
 ) -> SweepOutcome:
     import ray
 
@@ -502,6 +519,7 @@ def _run(
         restore=resume,
         reporter=None if verbose else reporter,
         streamed=streamed,
+        hooks=hooks,
     )
     # The report's slot count; only once the sweep (or its restore) is built: a refused
     # resume writes nothing.

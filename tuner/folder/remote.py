@@ -21,15 +21,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.folder.holder import holder_note, in_use_message
 
 MIRROR_EVERY_S = 10.0
 STALE_AFTER_S = 120.0
@@ -37,8 +40,23 @@ LOCK_OBJECT = "lock"
 TUNE_OWNED = ("tune", "train")  # written to the URI by Ray itself, never mirrored
 
 
-def is_uri(text: str | os.PathLike) -> bool:
-    return "://" in str(text)
+def is_remote(where: str | os.PathLike) -> bool:
+    """Whether ``where`` names storage at a URI (``s3://...``), not a local path: the one
+    place tuner decides it."""
+    return "://" in str(where)
+
+
+def usable_uri(value: str) -> bool:
+    """scheme://bucket[/folder]; file:///abs/path has no bucket."""
+    parts = urllib.parse.urlsplit(value)
+    if not re.fullmatch(r"[a-z][a-z0-9+.-]*", parts.scheme):
+        return False
+    return bool(parts.netloc) or (parts.scheme == "file" and parts.path.strip("/") != "")
+
+
+def same_on_every_node(where: str) -> bool:
+    """A storage URI or an absolute path: it names the same place from every node."""
+    return is_remote(where) or Path(where).is_absolute()
 
 
 def join(uri: str, *parts: str) -> str:
@@ -69,6 +87,9 @@ def filesystem(uri: str) -> tuple[Any, str]:
 
 
 def exists(uri: str) -> bool:
+    """Whether ``uri`` names a file or folder; a local path is checked on this machine."""
+    if not is_remote(uri):
+        return os.path.exists(uri)
     import pyarrow.fs
 
     fs, path = filesystem(uri)
@@ -177,10 +198,7 @@ def check_unlocked(uri: str) -> None:
         return  # a torn note: its writer is gone
     age = time.time() - float(holder.get("refreshed", 0))
     if age < STALE_AFTER_S:
-        raise TunerError(
-            f"{uri} is in use by process {holder.get('pid')} on {holder.get('host')} ({holder.get('command')}, "
-            f"since {holder.get('since')}); wait for it to end, or stop it"
-        )
+        raise TunerError(in_use_message(uri, holder))
 
 
 class Mirror:
@@ -190,8 +208,6 @@ class Mirror:
     def __init__(self, root: Path, uri: str):
         self.root, self.uri = root, uri
         self._sent: dict[str, tuple[int, int]] = {}
-        from tuner.folder.store import holder_note  # store imports this module: import here
-
         self._note = holder_note()
         self._stop = threading.Event()
         self._lock = threading.Lock()

@@ -12,6 +12,7 @@ A new sweep always claims a folder no run has used (``<name>``, else ``<name>-2`
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import fcntl
@@ -19,8 +20,6 @@ import itertools
 import json
 import os
 import shutil
-import socket
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.folder import remote
+from tuner.folder.holder import holder_note, in_use_message
 from tuner.folder.remote import join
 
 CONFIG_FILE = "sweep.yaml"
@@ -70,7 +71,7 @@ os.umask(_UMASK)
 
 
 @dataclass(frozen=True)
-class SweepPaths:
+class SweepFolder:
     """Where each record of one sweep lives.
 
     ``remote``: for a sweep at a storage URI (``tuner.folder.remote``), the folder's URI; ``root``
@@ -80,6 +81,37 @@ class SweepPaths:
 
     root: Path
     remote: str | None = None
+
+    @classmethod
+    def open(cls, where: str | Path) -> SweepFolder:
+        """An existing sweep folder, named by its path or its storage URI. One at a URI is
+        read through a working copy of tuner's records, removed when the command ends."""
+        if remote.is_remote(where):
+            uri = str(where)
+            if not remote.exists(remote.join(uri, CONFIG_FILE)):
+                raise TunerError(f"{uri} is not a sweep folder (no sweep.yaml); give <output_dir>/<sweep name>")
+            root = remote.working_copy(remote.name(uri))
+            atexit.register(remote.discard, root)
+            remote.pull(uri, root)
+            return cls(root, remote=uri)
+        root = Path(where).expanduser().resolve()
+        if not (root / CONFIG_FILE).is_file():
+            raise TunerError(f"{root} is not a sweep folder (no sweep.yaml); give runs/<sweep name>")
+        return cls(root)
+
+    @classmethod
+    def claim(cls, output_dir: str | Path, name: str) -> SweepFolder:
+        """A folder no run has used, under ``output_dir`` (a path or a storage URI): see
+        ``claim_new``. At a URI, this command writes a local working copy and mirrors it."""
+        if remote.is_remote(output_dir):
+            uri = remote.claim_new(str(output_dir), name)
+            return cls(remote.working_copy(remote.name(uri)), remote=uri)
+        return claim_new(output_dir, name)
+
+    @property
+    def output_dir(self) -> str:
+        """The folder (or URI) this sweep folder is in: the sweep's ``output_dir`` now."""
+        return remote.parent(self.remote) if self.remote else str(self.root.parent)
 
     @property
     def where(self) -> str:
@@ -268,7 +300,7 @@ def _reason(error: BaseException) -> str:
 
 
 # --- claiming and locking ---------------------------------------------------------------------
-def claim_new(output_dir: str | Path, name: str) -> SweepPaths:
+def claim_new(output_dir: str | Path, name: str) -> SweepFolder:
     """A folder no run has used: ``<name>``, else ``<name>-2``, ``<name>-3``, ...
 
     ``mkdir`` either creates the folder or fails, so two sweeps started at once never
@@ -284,11 +316,11 @@ def claim_new(output_dir: str | Path, name: str) -> SweepPaths:
                 root.mkdir()
             except FileExistsError:
                 continue
-            return SweepPaths(root)
+            return SweepFolder(root)
     raise AssertionError("unreachable")
 
 
-def release_unused(paths: SweepPaths) -> None:
+def release_unused(paths: SweepFolder) -> None:
     """Remove a claimed folder that never got past its config and lock (Ray failed to
     start, say), so the next run takes the name again. Only tuner's own two files."""
     try:
@@ -311,7 +343,7 @@ class SweepLock:
     message the next process prints.
     """
 
-    def __init__(self, paths: SweepPaths):
+    def __init__(self, paths: SweepFolder):
         self.paths = paths
         self._fd: int | None = None
 
@@ -323,8 +355,7 @@ class SweepLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            holder = _holder(path)
-            raise TunerError(f"{self.paths.root} is in use by {holder}; wait for it to end, or stop it") from None
+            raise TunerError(in_use_message(str(self.paths.root), _holder(path))) from None
         holder = holder_note()
         with contextlib.suppress(OSError):  # the lock holds even if the note cannot be written
             os.ftruncate(fd, 0)
@@ -339,12 +370,19 @@ class SweepLock:
             self._fd = None
 
 
-def in_use(paths: SweepPaths) -> bool:
-    """Whether a process holds the folder's lock now (a sweep or resume is running).
+def in_use(paths: SweepFolder) -> bool:
+    """Whether a process holds the folder's lock now (a sweep or resume is running); at a
+    storage URI, whether its lock object was refreshed lately.
 
     A shared ``flock`` attempt fails while the exclusive one is held; when it succeeds it
     is released at once, so a sweep starting in that instant may, at worst, be refused in
     one line."""
+    if paths.remote:
+        try:
+            remote.check_unlocked(paths.remote)
+        except TunerError:
+            return True
+        return False
     try:
         fd = os.open(paths.lock, os.O_RDONLY)
     except OSError:
@@ -360,30 +398,19 @@ def in_use(paths: SweepPaths) -> bool:
         os.close(fd)
 
 
-def holder_note() -> dict[str, Any]:
-    """Who holds a sweep folder's lock, for the message the next process prints."""
-    return {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "command": " ".join(["python -m tuner", *sys.argv[1:]]) if sys.argv else "tuner",
-        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
-
-
-def _holder(path: Path) -> str:
+def _holder(path: Path) -> dict[str, Any] | None:
     try:
-        holder = json.loads(path.read_text())
-        return f"process {holder['pid']} on {holder['host']} ({holder['command']}, since {holder['since']})"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "another process"
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 # --- the sweep's own records ------------------------------------------------------------------
-_WRITING: list[SweepPaths] = []  # the folder this driver process is writing now
+_WRITING: list[SweepFolder] = []  # the folder this driver process is writing now
 
 
 @contextlib.contextmanager
-def writing_records_to(paths: SweepPaths) -> Iterator[None]:
+def writing_records_to(paths: SweepFolder) -> Iterator[None]:
     """Point the Tune callbacks at ``paths`` while a sweep runs. A resumed sweep's callbacks
     come back from Tune's pickle with the folder they were made for, which is stale when
     the folder was moved or copied since."""
@@ -394,7 +421,7 @@ def writing_records_to(paths: SweepPaths) -> Iterator[None]:
         _WRITING.pop()
 
 
-def current(paths: SweepPaths) -> SweepPaths:
+def current(paths: SweepFolder) -> SweepFolder:
     """The folder being written now, else ``paths``."""
     return _WRITING[-1] if _WRITING else paths
 
@@ -404,11 +431,11 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
 
 
-def history_file(paths: SweepPaths, trial_id: str) -> Path:
+def history_file(paths: SweepFolder, trial_id: str) -> Path:
     return paths.history / f"{trial_id}.jsonl"
 
 
-def append_history(paths: SweepPaths, trial_id: str, result: dict[str, Any]) -> bool:
+def append_history(paths: SweepFolder, trial_id: str, result: dict[str, Any]) -> bool:
     """Append one epoch to ``history/<trial>.jsonl``; False if it replaced re-run epochs.
 
     Tune's own result.json is staged in Ray's session folder and copied back stale when
@@ -431,7 +458,7 @@ def append_history(paths: SweepPaths, trial_id: str, result: dict[str, Any]) -> 
     return True
 
 
-def trial_histories(paths: SweepPaths) -> dict[str, list[dict[str, Any]]]:
+def trial_histories(paths: SweepFolder) -> dict[str, list[dict[str, Any]]]:
     """Every epoch every trial reported, by trial id (sorted), in order."""
     histories = {}
     for path in sorted(paths.history.glob("*.jsonl")):
@@ -443,19 +470,19 @@ def trial_histories(paths: SweepPaths) -> dict[str, list[dict[str, Any]]]:
     return histories
 
 
-def append_timeline(paths: SweepPaths, trial_id: str, event: str, **extra: Any) -> None:
+def append_timeline(paths: SweepFolder, trial_id: str, event: str, **extra: Any) -> None:
     append_line(paths.timeline, {"time": time.time(), "trial_id": trial_id, "event": event, **extra})
 
 
-def read_timeline(paths: SweepPaths) -> list[dict[str, Any]]:
+def read_timeline(paths: SweepFolder) -> list[dict[str, Any]]:
     return read_json_lines(paths.timeline)
 
 
-def write_data_description(paths: SweepPaths, description: dict[str, Any]) -> None:
+def write_data_description(paths: SweepFolder, description: dict[str, Any]) -> None:
     write_atomic(paths.data_description, json.dumps(description, indent=2))
 
 
-def read_data_description(paths: SweepPaths) -> dict[str, Any] | None:
+def read_data_description(paths: SweepFolder) -> dict[str, Any] | None:
     """What a sweep on a user's own data recorded of them at its start (None for built-in
     sets and folders from before it was recorded)."""
     if not paths.data_description.exists():
@@ -466,7 +493,7 @@ def read_data_description(paths: SweepPaths) -> dict[str, Any] | None:
     return description
 
 
-def read_mlflow_state(paths: SweepPaths) -> dict[str, Any]:
+def read_mlflow_state(paths: SweepFolder) -> dict[str, Any]:
     """The trial -> MLflow run map (empty before the first write)."""
     if not paths.mlflow_state.exists():
         return {}
@@ -477,7 +504,7 @@ def read_mlflow_state(paths: SweepPaths) -> dict[str, Any]:
     return state
 
 
-def write_mlflow_state(paths: SweepPaths, state: dict[str, Any]) -> None:
+def write_mlflow_state(paths: SweepFolder, state: dict[str, Any]) -> None:
     write_atomic(paths.mlflow_state, json.dumps(state, indent=2))
 
 
@@ -514,7 +541,7 @@ STATE_COPY_SUFFIX = ".tuner-copy"
 STATE_COPY_EVERY_S = 5.0  # the least time between two copies (more when a copy takes long)
 
 
-def keep_state_copy(paths: SweepPaths, seen: dict[str, float], force: bool = False) -> None:
+def keep_state_copy(paths: SweepFolder, seen: dict[str, float], force: bool = False) -> None:
     """Keep a whole copy of Tune's experiment state as Tune rewrites it: Tune writes the
     file in place, so a full disk can leave it cut short, and resume needs it.
 
@@ -543,7 +570,7 @@ def keep_state_copy(paths: SweepPaths, seen: dict[str, float], force: bool = Fal
     seen[""] = time.monotonic() + max(STATE_COPY_EVERY_S, 19 * (time.monotonic() - now))
 
 
-def recover_state(paths: SweepPaths) -> list[Path]:
+def recover_state(paths: SweepFolder) -> list[Path]:
     """Put back the last whole copy of any Tune state file that was cut short; returns them."""
     recovered = []
     for state in paths.tune.glob("experiment_state*.json"):
@@ -556,7 +583,7 @@ def recover_state(paths: SweepPaths) -> list[Path]:
     return recovered
 
 
-def _state_saved_at(paths: SweepPaths) -> float:
+def _state_saved_at(paths: SweepFolder) -> float:
     """When Tune last wrote its experiment state (0 where it cannot be seen here: a sweep
     at a storage URI prunes at its end)."""
     times = []
@@ -601,7 +628,7 @@ def prune_checkpoints(filesystem: Any, trial_path: str, kept: set[str]) -> int:
     return gone
 
 
-def make_records_callback(paths: SweepPaths, keep: int | None = None, metric: str = "", mode: str = "max") -> Any:
+def make_records_callback(paths: SweepFolder, keep: int | None = None, metric: str = "", mode: str = "max") -> Any:
     """A Tune callback (in the driver) that keeps ``history/`` and ``timeline.jsonl``, a
     whole copy of Tune's state, and each ended trial's ``keep`` checkpoints.
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from tuner.errors import TunerError
 from tuner.folder import remote, store
-from tuner.folder.store import SweepPaths
+from tuner.folder.store import SweepFolder
 from tuner.results.summaries import TrialSummary, open_sweep, trial_summaries
 from tuner.spec.config import SweepConfig
 from tuner.spec.spaces import ParamSpec
@@ -49,7 +49,7 @@ class Sweep:
     """What the report reads of one sweep folder."""
 
     config: SweepConfig
-    paths: SweepPaths
+    paths: SweepFolder
     label: str  # the folder's name: <name>, or <name>-2 for a second run
     trials: list[TrialSummary]
     histories: dict[str, list[dict[str, Any]]]

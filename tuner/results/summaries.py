@@ -6,7 +6,6 @@ the sweep's metric and mode over every epoch every trial reported.
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import re
@@ -16,7 +15,7 @@ from typing import Any
 
 from tuner.errors import TunerError
 from tuner.folder import remote, store
-from tuner.folder.store import SweepPaths
+from tuner.folder.store import SweepFolder
 from tuner.spec.config import SweepConfig, load_sweep
 
 
@@ -32,33 +31,18 @@ class TrialSummary:
     error: str = ""  # an errored trial's reason, one line
 
 
-def open_sweep(folder: str | Path) -> tuple[SweepConfig, SweepPaths]:
+def open_sweep(folder: str | Path) -> tuple[SweepConfig, SweepFolder]:
     """The config that ran (``sweep.yaml``) and the paths, wherever the folder now is.
 
     A folder at a storage URI is read through a working copy of tuner's records
     (tuner/folder/remote.py), removed when the command ends."""
-    if remote.is_uri(folder):
-        return _open_remote(str(folder))
-    root = Path(folder).expanduser().resolve()
-    config_file = root / "sweep.yaml"
-    if not config_file.is_file():
-        raise TunerError(f"{root} is not a sweep folder (no sweep.yaml); give runs/<sweep name>")
+    paths = SweepFolder.open(folder)
     # The folder's own name may be <name>-2 (a second run); the sweep's name stays.
-    sweep = load_sweep(str(config_file), [f"output_dir={root.parent}"])
-    return sweep, SweepPaths(root)
+    sweep = load_sweep(str(paths.config), [f"output_dir={paths.output_dir}"])
+    return sweep, paths
 
 
-def _open_remote(uri: str) -> tuple[SweepConfig, SweepPaths]:
-    if not remote.exists(remote.join(uri, "sweep.yaml")):
-        raise TunerError(f"{uri} is not a sweep folder (no sweep.yaml); give <output_dir>/<sweep name>")
-    root = remote.working_copy(remote.name(uri))
-    atexit.register(remote.discard, root)
-    remote.pull(uri, root)
-    sweep = load_sweep(str(root / "sweep.yaml"), [f"output_dir={remote.parent(uri)}"])
-    return sweep, SweepPaths(root, remote=uri)
-
-
-def analysis(sweep: SweepConfig, paths: SweepPaths) -> Any:
+def analysis(sweep: SweepConfig, paths: SweepFolder) -> Any:
     from ray.tune import ExperimentAnalysis
 
     if paths.remote:
@@ -90,7 +74,7 @@ class _SavedTrial:
     tune_trial: Any = None
 
 
-def saved_trials(sweep: SweepConfig, paths: SweepPaths) -> list[_SavedTrial]:
+def saved_trials(sweep: SweepConfig, paths: SweepFolder) -> list[_SavedTrial]:
     """The trials of Tune's newest experiment state, read as JSON: without importing Ray
     (over a second by itself) or loading every trial's result files, as Tune's
     ``ExperimentAnalysis`` does (minutes at thousands of trials). A remote sweep, or a
@@ -119,7 +103,7 @@ def saved_trials(sweep: SweepConfig, paths: SweepPaths) -> list[_SavedTrial]:
 
 
 def trial_summaries(
-    sweep: SweepConfig, paths: SweepPaths, histories: dict[str, list[dict[str, Any]]] | None = None
+    sweep: SweepConfig, paths: SweepFolder, histories: dict[str, list[dict[str, Any]]] | None = None
 ) -> list[TrialSummary]:
     """Every trial Tune saved, with its records; ``histories`` when the caller read them
     already (a thousand trials' files take a quarter of a second to read)."""
@@ -141,7 +125,7 @@ def trial_summaries(
             # Tune saves a running trial as PENDING (to start it again on restore).
             tune_status = "RUNNING"
         status = _status(tune_status, epochs, sweep.max_epochs)
-        if status == "interrupted" and (running := in_use(paths) if running is None else running):
+        if status == "interrupted" and (running := store.in_use(paths) if running is None else running):
             status = "running"
         summaries.append(
             TrialSummary(
@@ -159,40 +143,6 @@ def trial_summaries(
 
 
 UNDONE = ("interrupted", "pending", "paused")
-
-
-def how_to_continue(sweep: SweepConfig, paths: SweepPaths, summaries: list[TrialSummary], folder: str) -> str | None:
-    """One line for a sweep that no process is running and that has trials left: how to go
-    on, and, when its last run joined a cluster that no longer answers, that it is gone."""
-    if not any(t.status in UNDONE for t in summaries) and len(summaries) >= sweep.total_trials:
-        return None
-    if in_use(paths):
-        return None
-    from tuner.cluster.connect import answers
-
-    last_run = next((e for e in reversed(store.read_timeline(paths)) if e.get("event") == "run"), {})
-    cluster = last_run.get("cluster")
-    if cluster is None:
-        return f"not running: continue it with: python -m tuner resume {folder}"
-    as_job = f"python -m tuner submit {folder} --address http://HEAD:8265"
-    if answers(cluster):
-        resume = f"python -m tuner resume {folder} --address {cluster}"
-        return f"not running: continue it on its cluster: {resume} (or {as_job})"
-    return (
-        f"not running, and its cluster {cluster} does not answer (its head node is gone?): start a cluster, then "
-        f"resume it with: python -m tuner resume {folder} --address HEAD:6379 (or {as_job})"
-    )
-
-
-def in_use(paths: SweepPaths) -> bool:
-    """Whether a sweep (or resume) is writing the folder now."""
-    if paths.remote:
-        try:
-            remote.check_unlocked(paths.remote)
-        except TunerError:
-            return True
-        return False
-    return store.in_use(paths)
 
 
 def _error_reason(saved: _SavedTrial) -> str:
@@ -222,7 +172,7 @@ def _status(tune_status: str, epochs: int, max_epochs: int) -> str:
     )
 
 
-def best_trial(sweep: SweepConfig, paths: SweepPaths, summaries: list[TrialSummary]) -> TrialSummary:
+def best_trial(sweep: SweepConfig, paths: SweepFolder, summaries: list[TrialSummary]) -> TrialSummary:
     """The summary of the trial ``tuner.folder.store.best_epoch`` names."""
     in_experiment = {s.trial_id for s in summaries}  # not the history of a trial lost in a crash
     histories = {k: v for k, v in store.trial_histories(paths).items() if k in in_experiment}
@@ -233,7 +183,7 @@ def best_trial(sweep: SweepConfig, paths: SweepPaths, summaries: list[TrialSumma
     return chosen
 
 
-def result_grid(sweep: SweepConfig, paths: SweepPaths) -> Any:
+def result_grid(sweep: SweepConfig, paths: SweepFolder) -> Any:
     from ray.tune import ResultGrid
 
     return ResultGrid(analysis(sweep, paths))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.errors import TunerError
-from tuner.folder.store import SweepPaths, read_mlflow_state
+from tuner.folder.store import SweepFolder, read_mlflow_state
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ def find_targets(output: Path) -> UiTargets:
     output = output.expanduser().resolve()
     if not output.is_dir():
         raise TunerError(f"{output}: no such folder; give an output folder such as runs/ or runs/<sweep name>/")
-    paths = SweepPaths(output)
+    paths = SweepFolder(output)
     if paths.mlflow_state.is_file():  # a single sweep
         uri = read_mlflow_state(paths).get("tracking_uri")
         if not uri:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -25,6 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from tuner.errors import ConfigError
+from tuner.folder import remote
 from tuner.spec import spaces
 from tuner.spec.shipped import submitted_file
 from tuner.spec.yamlio import LoadedYaml, load_yaml, parse_scalar
@@ -55,14 +55,6 @@ class Strict(BaseModel):
                         valid=", ".join(valid),
                     )
         return data
-
-
-def _storage_uri(value: str) -> bool:
-    """scheme://bucket[/folder]; file:///abs/path has no bucket."""
-    parts = urllib.parse.urlsplit(value)
-    if not re.fullmatch(r"[a-z][a-z0-9+.-]*", parts.scheme):
-        return False
-    return bool(parts.netloc) or (parts.scheme == "file" and parts.path.strip("/") != "")
 
 
 # --- data -----------------------------------------------------------------------------
@@ -308,7 +300,7 @@ class SweepConfig(Strict):
     @classmethod
     def _a_path(cls, value: str) -> str:
         # A storage URI (s3://bucket/runs, gs://..., file:///...): tuner/folder/remote.py.
-        if "://" in value and not _storage_uri(value):
+        if remote.is_remote(value) and not remote.usable_uri(value):
             raise _custom(
                 "uri_output_dir",
                 "not a storage URI tuner can use; give scheme://bucket/folder, e.g. s3://my-bucket/runs",

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from tuner.errors import TunerError
-from tuner.folder import store
-from tuner.folder.store import TRIAL_METRICS, SweepPaths
+from tuner.folder import remote, store
+from tuner.folder.store import TRIAL_METRICS, SweepFolder
 from tuner.spec.config import SweepConfig
 
 # MLflow loads this file by itself ("models from code"): named by path, never imported here
@@ -46,7 +46,7 @@ def tracking_uri(sweep: SweepConfig) -> str:
     configured = sweep.tracking.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if configured:
         return configured
-    if "://" in sweep.output_dir:
+    if remote.is_remote(sweep.output_dir):
         raise TunerError(
             f"tracking.mlflow.tracking_uri: output_dir {sweep.output_dir!r} is a storage URI, where MLflow's "
             "default sqlite file cannot live; set tracking.mlflow.tracking_uri (an MLflow server, "
@@ -63,7 +63,7 @@ def registered_model_name(sweep: SweepConfig) -> str:
 class SweepRecord:
     """The sweep's parent run and the trial -> run map, persisted beside the outputs."""
 
-    def __init__(self, sweep: SweepConfig, paths: SweepPaths):
+    def __init__(self, sweep: SweepConfig, paths: SweepFolder):
         from mlflow.tracking import MlflowClient
 
         self.sweep = sweep
@@ -334,7 +334,7 @@ class SweepRecord:
         self.client.set_terminated(self.parent_run_id, status="KILLED")
 
 
-def log_report(paths: SweepPaths, files: list[Path], artifact_path: str) -> str | None:
+def log_report(paths: SweepFolder, files: list[Path], artifact_path: str) -> str | None:
     """Log a report's files (tuner/results/report.py) on the sweep's parent run; returns the run
     id, or None for a sweep that recorded no MLflow run.
 
@@ -503,7 +503,7 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
 
 
-def make_callback(sweep: SweepConfig, paths: SweepPaths) -> Any:
+def make_callback(sweep: SweepConfig, paths: SweepFolder) -> Any:
     """A Tune callback that mirrors trial events into the sweep's MLflow record.
 
     Every MLflow write happens on one writer thread, in the order of the events, so that

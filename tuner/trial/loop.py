@@ -16,7 +16,6 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -203,7 +202,7 @@ def run_training(loop: LoopSettings, session: Session) -> None:
                 loss.backward()
                 optimizer.step()
             loss_sum += loss.detach() * len(y)
-        _maybe_fail_once(loop, epoch)
+        loop.hooks.after_epoch(loop.trial_id, epoch + 1)
         val_loss, val_accuracy, train_loss = _evaluate(model, shards, loss_fn, amp_dtype, loss_sum, seen * world)
         compute_s = time.perf_counter() - started
         metrics = {
@@ -260,14 +259,3 @@ def _evaluate(
     if shards.world > 1:
         torch.distributed.all_reduce(totals)
     return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item(), (totals[3] / train_count).item()
-
-
-def _maybe_fail_once(loop: LoopSettings, epoch: int) -> None:
-    """Test-only: raise once, at the given epoch, to prove retries resume from a checkpoint."""
-    if loop.fail_once_at_epoch is None or epoch + 1 != loop.fail_once_at_epoch:
-        return
-    marker = Path(loop.fail_marker)
-    if not marker.exists():
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text("failed once on purpose\n")
-        raise RuntimeError(f"injected fault at epoch {epoch + 1} (TUNER_TEST_FAIL_AT_EPOCH)")

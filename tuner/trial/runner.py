@@ -20,19 +20,17 @@ Nothing here reads YAML: the driver receives the sampled hyperparameters and a
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
 from tuner.trial.loop import run_training
-from tuner.trial.session import LoopSettings, Session, load_state
+from tuner.trial.session import LoopSettings, Session, TrialHooks, load_state
 
 _FIT_DONE = "__tuner_fit_done__"
 
@@ -51,8 +49,7 @@ class TrialSetup:
     train_dir: str  # storage for the Train runs, inside the sweep folder
     seed: int
     direct: bool = False  # run the loop in the trial's process (workers == 1)
-    fail_once_at_epoch: int | None = None  # test-only fault switch (TUNER_TEST_FAIL_AT_EPOCH)
-    train_on_cpu: bool = False  # test-only: GPUs declared to Ray, none present (TUNER_TEST_TRAIN_ON_CPU)
+    hooks: TrialHooks = field(default_factory=TrialHooks)  # tests' seams (tuner/trial/testing.py)
     augment: tuple[str, ...] = ()  # data.augment (a trial may sample its own)
     crop_padding: int = 4
     streamed: bool = False  # the data stream from a Ray Data pipeline (tuner.data.datasets.StreamingData)
@@ -162,11 +159,7 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         entered_at=entered_at,
         augment=tuple(str(name) for name in sampled.get("augment", setup.augment)),
         crop_padding=setup.crop_padding,
-        train_on_cpu=setup.train_on_cpu,
-        fail_once_at_epoch=setup.fail_once_at_epoch,
-        fail_marker=os.path.join(
-            tempfile.gettempdir() if "://" in setup.train_dir else setup.train_dir, f"{trial_id}.failed-once"
-        ),
+        hooks=setup.hooks,
     )
     if setup.direct:
         run_training(loop, _TuneSession(setup.use_gpu))
@@ -193,7 +186,7 @@ def _fit_torch_trainer(loop: LoopSettings, setup: TrialSetup, trial_id: str) -> 
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"loop": loop},  # Train takes a dict
-        torch_config=TorchConfig(backend="nccl" if setup.use_gpu and not setup.train_on_cpu else "gloo"),
+        torch_config=TorchConfig(backend="nccl" if setup.use_gpu and not setup.hooks.train_on_cpu else "gloo"),
         scaling_config=ray.train.ScalingConfig(
             num_workers=setup.workers,
             use_gpu=setup.use_gpu,
@@ -246,7 +239,7 @@ class _TrainSession(Session):
 
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
-        self.device = torch.device("cpu") if loop.train_on_cpu else ray.train.torch.get_device()
+        self.device = torch.device("cpu") if loop.hooks.train_on_cpu else ray.train.torch.get_device()
         self.resume_from = loop.resume_from
 
     def resume_state(self) -> dict[str, Any] | None:

@@ -37,9 +37,18 @@ class LoopSettings:
     augment: tuple[str, ...] = ()  # data.augment (or the trial's sampled list)
     crop_padding: int = 4
     resume_from: Any = None  # a TorchTrainer trial: Tune's checkpoint to start from (a Checkpoint)
-    train_on_cpu: bool = False  # test-only: GPUs declared to Ray, none present
-    fail_once_at_epoch: int | None = None  # test-only: raise once at this epoch
-    fail_marker: str = ""  # test-only: the file that says the fault has happened
+    hooks: TrialHooks = dataclasses.field(default_factory=lambda: TrialHooks())
+
+
+class TrialHooks:
+    """What a trial does at fixed points besides training: nothing. Tests pass their own
+    (tuner/trial/testing.py) to ``run_sweep``; tuner never reads them from the environment.
+    Pickled to every trial and Ray Train worker with the trial's settings."""
+
+    train_on_cpu = False  # GPUs declared to Ray but none on the machine: train on its CPU
+
+    def after_epoch(self, trial_id: str, epoch: int) -> None:
+        """Called once epoch ``epoch`` (from 1) has trained, before it is evaluated and reported."""
 
 
 class Session:
