@@ -54,9 +54,9 @@ def child(out: Path, argv: list[str]) -> None:
 
         setattr(owner, name, wrapper)
 
-    timed(sweep, "_load_data", "read the data")
+    timed(sweep, "load_data", "read the data")
     timed(sweep, "start_ray", "ray.init")
-    timed(sweep, "_ready_data", "data ready in Ray")
+    timed(sweep, "ready_data", "data ready in Ray")
     timed(tracking.SweepRecord, "__init__", "open the MLflow store")
     timed(tune.Tuner, "fit", "Tune fit")
     timed(export, "export_best", "export (test score, model files)")

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuner.driver.progress import _SHOWING, Progress, Reporter, make_callback
+from tuner.driver.callbacks import ProgressCallback
+from tuner.driver.progress import _SHOWING, Progress, Reporter
 from tuner.folder.store import BestEpoch
 
 
@@ -26,7 +27,7 @@ def _progress(**kwargs) -> Progress:
 def test_off_a_terminal_every_event_is_one_plain_line_through_the_tune_callback():
     stream = io.StringIO()
     a, b = _trial("a_00000", 0.002), _trial("b_00001", 0.001)
-    callback = make_callback()
+    callback = ProgressCallback()
 
     def epoch(trial, number: int, value: float) -> None:
         trial.last_result = {"training_iteration": number, "val_accuracy": value}
@@ -100,7 +101,7 @@ def test_the_callback_tune_pickles_with_the_sweep_feeds_the_reporter_of_the_resu
     reach the reporter the resuming process shows (not a copy of an empty list)."""
     from ray import cloudpickle
 
-    restored = cloudpickle.loads(cloudpickle.dumps(make_callback()))
+    restored = cloudpickle.loads(cloudpickle.dumps(ProgressCallback()))
     stream = io.StringIO()
     a = _trial("a_00000", 0.002)
     with Reporter(_progress(), stream=stream, live=False):
@@ -118,7 +119,7 @@ def test_a_sweep_stopped_by_ctrl_c_counts_its_trials_interrupted_and_pending_not
     stream = io.StringIO()
     a, b, c = _trial("a_00000", 0.002), _trial("b_00001", 0.001), _trial("c_00002", 0.003, "PENDING")
     trials = [a, b, c]
-    callback = make_callback()
+    callback = ProgressCallback()
     with Reporter(_progress(), stream=stream, live=False):
         callback.on_trial_start(0, trials, a)
         callback.on_trial_start(0, trials, b)
@@ -148,7 +149,7 @@ class _ClosedPipe(io.StringIO):
 def test_a_reader_that_goes_away_quiets_the_progress_but_never_stops_the_sweep():
     stream = _ClosedPipe()
     a = _trial("a_00000", 0.002)
-    callback = make_callback()
+    callback = ProgressCallback()
     with Reporter(_progress(), stream=stream, live=False) as reporter:
         callback.on_trial_start(0, [a], a)  # the first line meets the closed pipe
         for epoch, value in ((1, 0.9), (2, 0.95), (3, 0.94)):

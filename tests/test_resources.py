@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.driver.sweep import concurrent_trials, decide_gpu
+from tuner.driver.plan import concurrent_trials, decide_gpu
 from tuner.errors import TunerError
 from tuner.spec.config import SweepConfig
 from tuner.trial.runner import WORKER_CPU_TOKEN, TrialSetup, trial_bundles, worker_resources

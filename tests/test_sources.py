@@ -117,7 +117,8 @@ def test_a_bad_image_folder_is_one_line_naming_the_file(tmp_path, case, words):
 def test_a_data_path_error_names_the_sweep_file_and_line_of_data_path_in_a_sweep_and_a_resume(tmp_path):
     """Raised where the data are listed, without a file; located by the sweep that plans
     them: in the sweep file, and in a resumed sweep's folder, in its sweep.yaml."""
-    from tuner.driver.sweep import _load_data, save_resolved_config
+    from tuner.driver.inputs import load_data
+    from tuner.driver.sweep import save_resolved_config
     from tuner.errors import ConfigError
     from tuner.folder.store import SweepFolder
     from tuner.results.summaries import open_sweep
@@ -130,14 +131,14 @@ def test_a_data_path_error_names_the_sweep_file_and_line_of_data_path_in_a_sweep
     sweep_file.write_text(f"name: mine\ndata:\n  dataset: image_folder\n  path: {missing}\n  channels: 1\n")
     sweep = load_sweep(str(sweep_file), [f"output_dir={tmp_path / 'runs'}"])
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(sweep_file))}:4: data\.path: .*nowhere is not a folder$"):
-        _load_data(sweep)
+        load_data(sweep)
     paths = SweepFolder(tmp_path / "runs" / "mine")
     paths.root.mkdir(parents=True)
     save_resolved_config(sweep, paths)
     line = 1 + [text.strip() for text in paths.config.read_text().splitlines()].index(f"path: {missing}")
     resumed, _ = open_sweep(paths.root)
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(paths.config))}:{line}: data\.path: .*nowhere is not"):
-        _load_data(resumed)
+        load_data(resumed)
 
 
 def test_a_bad_label_column_is_one_line(tmp_path):

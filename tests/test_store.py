@@ -247,7 +247,7 @@ def test_the_lock_note_names_the_command(tmp_path):
 
 
 def test_an_ended_trial_keeps_its_best_checkpoints_and_its_last(tmp_path):
-    """What the records callback prunes (store.make_records_callback): of an ended trial's
+    """What the records callback prunes (driver.callbacks.SweepRecords): of an ended trial's
     checkpoint folders, all but its ``keep`` best by the metric and its last go."""
     import pyarrow.fs
 

@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tuner: error: {where}{error.strerror}; what was recorded before it is kept", file=sys.stderr)
         return EXIT_USER_ERROR
     except Exception as error:
-        from tuner.driver.sweep import SweepInterrupted
+        from tuner.driver.signals import SweepInterrupted
 
         if not isinstance(error, SweepInterrupted):
             raise

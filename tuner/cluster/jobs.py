@@ -32,7 +32,7 @@ from tuner.spec.shipped import JOB_FILES, PACKAGE_DIR, registry_dir
 METADATA_KEY = "tuner_sweep"  # marks tuner's jobs among a cluster's others
 # Time a stopped job's driver gets to stop its trials and save the sweep before SIGKILL.
 STOP_WAIT_S = 60
-OUTPUT_LINE = "  output: "  # the plan line naming the sweep's folder (tuner.driver.sweep.describe)
+OUTPUT_LINE = "  output: "  # the plan line naming the sweep's folder (tuner.driver.plan.describe)
 
 
 @dataclass

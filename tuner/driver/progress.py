@@ -272,39 +272,8 @@ def quiet_stdout() -> None:
 _SHOWING: list[Reporter] = []  # the reporter of the sweep this driver runs now
 
 
-def _showing() -> Reporter | None:
+def showing() -> Reporter | None:
     return _SHOWING[-1] if _SHOWING else None
-
-
-def make_callback() -> Any:
-    """A Tune callback (in the driver) feeding the reporter shown now. It holds no state:
-    Tune pickles its callbacks with the sweep, and a resumed sweep gets this one back."""
-    from ray.tune import Callback
-
-    showing = _showing  # module-level: pickled by reference, so it reads this process's list
-
-    class ProgressCallback(Callback):
-        def on_trial_start(self, iteration, trials, trial, **info):
-            if reporter := showing():
-                reporter.started(trials, trial)
-
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            if reporter := showing():
-                reporter.reported(trials, trial, result)
-
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            if reporter := showing():
-                reporter.ended(trials, trial)
-
-        def on_trial_error(self, iteration, trials, trial, **info):
-            if reporter := showing():
-                reporter.ended(trials, trial, errored=True)
-
-        def on_step_end(self, iteration, trials, **info):
-            if reporter := showing():
-                reporter.progress.observe(trials)
-
-    return ProgressCallback()
 
 
 def _epoch(trial: Any) -> int:

@@ -583,7 +583,7 @@ def recover_state(paths: SweepFolder) -> list[Path]:
     return recovered
 
 
-def _state_saved_at(paths: SweepFolder) -> float:
+def state_saved_at(paths: SweepFolder) -> float:
     """When Tune last wrote its experiment state (0 where it cannot be seen here: a sweep
     at a storage URI prunes at its end)."""
     times = []
@@ -626,66 +626,3 @@ def prune_checkpoints(filesystem: Any, trial_path: str, kept: set[str]) -> int:
                 filesystem.delete_dir(info.path)
                 gone += 1
     return gone
-
-
-def make_records_callback(paths: SweepFolder, keep: int | None = None, metric: str = "", mode: str = "max") -> Any:
-    """A Tune callback (in the driver) that keeps ``history/`` and ``timeline.jsonl``, a
-    whole copy of Tune's state, and each ended trial's ``keep`` checkpoints.
-
-    Checkpoints are pruned here rather than by Tune's ``CheckpointConfig(num_to_keep)``:
-    with it, Tune writes its whole experiment state every time a trial has saved that many
-    checkpoints, so at hundreds of trials the driver spent most of its time rewriting a
-    state that grows with the trials. A trial's checkpoints are pruned once it has ended
-    and Tune has saved its state since (a resume never looks for a pruned one), or at the
-    sweep's end; a running, paused or failed trial keeps all of its own (``None``: keep
-    everything, as PBT needs)."""
-    from ray.tune import Callback
-
-    class SweepRecords(Callback):
-        def __init__(self) -> None:
-            self.state_seen: dict[str, float] = {}
-            self.next_prune = 0.0  # (listing tune/ is not free at thousands of trials: every 2 s at most)
-            self.ended: list[tuple[float, str, Any, str]] = []  # (when, trial id, filesystem, path)
-
-        def __getstate__(self) -> dict[str, Any]:  # pickled with the sweep, before any trial
-            return {"state_seen": {}, "next_prune": 0.0, "ended": []}
-
-        def on_step_end(self, iteration, trials, **info):
-            keep_state_copy(current(paths), self.state_seen)
-            if self.ended and time.monotonic() >= self.next_prune:
-                self.next_prune = time.monotonic() + 2.0
-                self._prune(saved_at=_state_saved_at(current(paths)))
-
-        def on_experiment_end(self, trials, **info):  # Tune has saved its final state by now
-            keep_state_copy(current(paths), self.state_seen, force=True)
-            self._prune(saved_at=float("inf"))
-
-        def _prune(self, saved_at: float) -> None:
-            waiting = []
-            for ended in self.ended:
-                when, trial_id, filesystem, trial_path = ended
-                if when >= saved_at:
-                    waiting.append(ended)
-                    continue
-                rows = read_json_lines(history_file(current(paths), trial_id))
-                prune_checkpoints(filesystem, trial_path, kept_checkpoints(rows, keep, metric, mode))
-            self.ended = waiting
-
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            append_history(current(paths), trial.trial_id, result)
-
-        def on_trial_start(self, iteration, trials, trial, **info):
-            append_timeline(current(paths), trial.trial_id, "start")
-
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            append_timeline(current(paths), trial.trial_id, "end")
-            if keep is not None:
-                self.ended.append((time.time(), trial.trial_id, trial.storage.storage_filesystem, trial.path))
-
-        def on_trial_error(self, iteration, trials, trial, **info):
-            append_timeline(current(paths), trial.trial_id, "error")
-
-        def on_trial_recover(self, iteration, trials, trial, **info):
-            append_timeline(current(paths), trial.trial_id, "recover")
-
-    return SweepRecords()

@@ -113,34 +113,6 @@ def resolve_hyperparameters(setup: TrialSetup, sampled: dict[str, Any]) -> tuple
 
 
 # --- the Tune side ------------------------------------------------------------------------
-class _RelayToTune:
-    """Train callback (runs in Train's controller): pass rank 0's report to the driver."""
-
-    def __init__(self, queue: Any):
-        self.queue = queue
-
-    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-        # At a storage URI a checkpoint's path has no scheme: the filesystem goes along.
-        # (Locally the path alone: handing Tune Train's own Checkpoint object kept Train
-        # from pruning a TorchTrainer run's old checkpoints in the HyperBand test.)
-        import pyarrow.fs
-
-        if checkpoint is None:
-            self.queue.put((dict(metrics[0]), None, None))
-            return
-        local = isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem)
-        self.queue.put((dict(metrics[0]), checkpoint.path, None if local else checkpoint.filesystem))
-
-
-def _relay_callback(queue: Any) -> Any:
-    from ray.train.v2.api.callback import UserCallback
-
-    class RelayToTune(_RelayToTune, UserCallback):
-        pass
-
-    return RelayToTune(queue)
-
-
 def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) -> None:
     """Tune trainable: the training loop, run directly or as a TorchTrainer."""
     from ray import tune
@@ -176,6 +148,8 @@ def _fit_torch_trainer(loop: LoopSettings, setup: TrialSetup, trial_id: str) -> 
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Queue
 
+    from tuner.trial.relay import RelayToTune
+
     queue = Queue(actor_options={"num_cpus": 0})
     streamed = None
     if setup.streamed:  # (an in-memory set is not fetched here: the workers map it on their nodes)
@@ -197,7 +171,7 @@ def _fit_torch_trainer(loop: LoopSettings, setup: TrialSetup, trial_id: str) -> 
         run_config=ray.train.RunConfig(
             name=f"{trial_id}-{uuid.uuid4().hex[:6]}",
             storage_path=setup.train_dir,
-            callbacks=[_relay_callback(queue)],
+            callbacks=[RelayToTune(queue)],
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
             failure_config=ray.train.FailureConfig(max_failures=0),  # Tune retries
         ),

@@ -1,0 +1,101 @@
+"""The ``tune.Tuner`` of a sweep: the trial (direct or TorchTrainer) with its resources, the
+search space, searcher and scheduler, checkpoints and the driver's callbacks; new, or
+restored from the sweep folder for a resume."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tuner.driver.plan import DRIVER_MEMORY
+from tuner.errors import TunerError
+from tuner.folder import remote
+from tuner.folder.store import SweepFolder
+from tuner.spec.config import SweepConfig
+
+if TYPE_CHECKING:
+    from tuner.trial.session import TrialHooks
+
+def build_tuner(
+    sweep: SweepConfig,
+    paths: SweepFolder,
+    data_ref: Any,
+    use_gpu: bool,
+    slots: int,
+    *,
+    restore: bool = False,
+    reporter: Any = None,
+    streamed: bool = False,
+    hooks: TrialHooks | None = None,
+) -> Any:
+    """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
+    from ray import tune
+
+    from tuner.driver.callbacks import ProgressCallback, SweepRecords
+    from tuner.spec import schedulers, searchers, spaces
+    from tuner.tracking.callbacks import MlflowTrials, TensorBoardEvents
+    from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver
+    from tuner.trial.session import TrialHooks
+
+    setup = TrialSetup(
+        model_name=sweep.model.name,
+        model_defaults=sweep.model.model_dump(exclude={"name"}),
+        train_defaults=sweep.train.model_dump(),
+        workers=sweep.scaling.workers,
+        use_gpu=use_gpu,
+        cpus_per_worker=sweep.scaling.cpus_per_worker,
+        gpus_per_worker=sweep.scaling.gpus_per_worker,
+        train_dir=paths.train_storage,
+        seed=sweep.seed,
+        direct=sweep.scaling.direct,
+        hooks=hooks or TrialHooks(),
+        augment=tuple(sweep.data.augment),
+        crop_padding=sweep.data.crop_padding,
+        streamed=streamed,
+    )
+    trainable = tune.with_resources(
+        tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
+        tune.PlacementGroupFactory(trial_bundles(setup, DRIVER_MEMORY), strategy="PACK"),
+    )
+    if restore:
+        try:
+            return tune.Tuner.restore(paths.tune_uri, trainable=trainable, resume_unfinished=True, resume_errored=True)
+        except Exception as error:  # a truncated or foreign tuner.pkl
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            where = remote.join(paths.tune_uri, "tuner.pkl")
+            raise TunerError(
+                f"{where}: Tune's saved sweep cannot be restored ({type(error).__name__}: {reason})"
+            ) from None
+    keep = None if sweep.scheduler.name == "pbt" else sweep.checkpoint.keep  # PBT clones old checkpoints
+    return tune.Tuner(
+        trainable,
+        param_space=spaces.to_param_space(sweep.param_specs()),
+        tune_config=tune.TuneConfig(
+            metric=sweep.metric,
+            mode=sweep.mode,
+            search_alg=searchers.build_searcher(
+                sweep, slots, gpus_out_of_sight=use_gpu and not sweep.scaling.direct, cpus_kept_free=streamed
+            ),
+            scheduler=schedulers.build_scheduler(sweep),
+            num_samples=sweep.trials.num_samples,
+            time_budget_s=sweep.trials.time_budget_s,
+            # A direct trial's process (torch imported, data mapped) serves the next trial.
+            reuse_actors=sweep.scaling.direct,
+        ),
+        run_config=tune.RunConfig(
+            name=paths.tune.name,
+            storage_path=paths.tune_storage,
+            # Every checkpoint, as far as Tune knows; the records callback prunes each ended
+            # trial to its `keep` best (see driver.callbacks.SweepRecords for why not Tune).
+            checkpoint_config=tune.CheckpointConfig(
+                num_to_keep=None, checkpoint_score_attribute=sweep.metric, checkpoint_score_order=sweep.mode
+            ),
+            failure_config=tune.FailureConfig(max_failures=sweep.trials.max_failures),
+            callbacks=[
+                SweepRecords(paths, keep, sweep.metric, sweep.mode),
+                TensorBoardEvents(),
+                *([MlflowTrials(sweep, paths)] if sweep.tracking.mlflow.enabled else []),
+                *([ProgressCallback()] if reporter is not None else []),
+            ],
+            verbose=0 if reporter is not None else 1,  # tuner's own view, or Ray's tables (--verbose)
+        ),
+    )

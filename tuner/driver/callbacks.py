@@ -1,0 +1,113 @@
+"""The Tune callbacks of the sweep's driver: the folder's records (history, timeline, a
+whole copy of Tune's state, pruned checkpoints) and the live progress view.
+
+Tune pickles its callbacks with the experiment, and a resumed sweep gets them back from
+that pickle: they reach this process's folder and reporter through
+``store.current`` and ``progress.showing``, never through what they held when pickled.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ray.tune import Callback
+
+from tuner.driver.progress import showing
+from tuner.folder.store import (
+    SweepFolder,
+    append_history,
+    append_timeline,
+    current,
+    history_file,
+    keep_state_copy,
+    kept_checkpoints,
+    prune_checkpoints,
+    read_json_lines,
+    state_saved_at,
+)
+
+
+class SweepRecords(Callback):
+    """A Tune callback (in the driver) that keeps ``history/`` and ``timeline.jsonl``, a
+    whole copy of Tune's state, and each ended trial's ``keep`` checkpoints.
+
+    Checkpoints are pruned here rather than by Tune's ``CheckpointConfig(num_to_keep)``:
+    with it, Tune writes its whole experiment state every time a trial has saved that many
+    checkpoints, so at hundreds of trials the driver spent most of its time rewriting a
+    state that grows with the trials. A trial's checkpoints are pruned once it has ended
+    and Tune has saved its state since (a resume never looks for a pruned one), or at the
+    sweep's end; a running, paused or failed trial keeps all of its own (``None``: keep
+    everything, as PBT needs)."""
+
+    def __init__(self, paths: SweepFolder, keep: int | None = None, metric: str = "", mode: str = "max") -> None:
+        self.paths, self.keep, self.metric, self.mode = paths, keep, metric, mode
+        self.state_seen: dict[str, float] = {}
+        self.next_prune = 0.0  # (listing tune/ is not free at thousands of trials: every 2 s at most)
+        self.ended: list[tuple[float, str, Any, str]] = []  # (when, trial id, filesystem, path)
+
+    def __getstate__(self) -> dict[str, Any]:  # pickled with the sweep, before any trial
+        return {**self.__dict__, "state_seen": {}, "next_prune": 0.0, "ended": []}
+
+    def on_step_end(self, iteration, trials, **info):
+        keep_state_copy(current(self.paths), self.state_seen)
+        if self.ended and time.monotonic() >= self.next_prune:
+            self.next_prune = time.monotonic() + 2.0
+            self._prune(saved_at=state_saved_at(current(self.paths)))
+
+    def on_experiment_end(self, trials, **info):  # Tune has saved its final state by now
+        keep_state_copy(current(self.paths), self.state_seen, force=True)
+        self._prune(saved_at=float("inf"))
+
+    def _prune(self, saved_at: float) -> None:
+        waiting = []
+        for ended in self.ended:
+            when, trial_id, filesystem, trial_path = ended
+            if when >= saved_at:
+                waiting.append(ended)
+                continue
+            rows = read_json_lines(history_file(current(self.paths), trial_id))
+            prune_checkpoints(filesystem, trial_path, kept_checkpoints(rows, self.keep, self.metric, self.mode))
+        self.ended = waiting
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        append_history(current(self.paths), trial.trial_id, result)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        append_timeline(current(self.paths), trial.trial_id, "start")
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        append_timeline(current(self.paths), trial.trial_id, "end")
+        if self.keep is not None:
+            self.ended.append((time.time(), trial.trial_id, trial.storage.storage_filesystem, trial.path))
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        append_timeline(current(self.paths), trial.trial_id, "error")
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        append_timeline(current(self.paths), trial.trial_id, "recover")
+
+
+class ProgressCallback(Callback):
+    """A Tune callback (in the driver) feeding the reporter shown now. It holds no state:
+    Tune pickles its callbacks with the sweep, and a resumed sweep gets this one back."""
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if reporter := showing():
+            reporter.started(trials, trial)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if reporter := showing():
+            reporter.reported(trials, trial, result)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        if reporter := showing():
+            reporter.ended(trials, trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        if reporter := showing():
+            reporter.ended(trials, trial, errored=True)
+
+    def on_step_end(self, iteration, trials, **info):
+        if reporter := showing():
+            reporter.progress.observe(trials)

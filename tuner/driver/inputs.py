@@ -1,0 +1,75 @@
+"""The data a sweep's trials read, made ready in the driver: a built-in set read, or a
+user's own files listed, checked, then decoded into memory (or the cache) or streamed
+with Ray Data when they would not fit the object store."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any
+
+from tuner.data.datasets import TrainingData
+from tuner.errors import ConfigError
+from tuner.folder import store
+from tuner.folder.store import SweepFolder
+from tuner.spec.config import SweepConfig
+
+if TYPE_CHECKING:
+    pass
+
+def load_data(sweep: SweepConfig) -> Any:
+    """A built-in set, read; a user's own files, listed and checked (decoded once Ray runs).
+    An error about the data section names the sweep file and line, as validation's do."""
+    from tuner.data.datasets import plan_data
+
+    try:
+        return plan_data(sweep.data, seed=sweep.seed)
+    except ConfigError as error:
+        raise sweep.locate(error) from None
+
+
+def smallest_object_store() -> float:
+    """The smallest alive node's object store: the one copy of an in-memory set must fit
+    on any node a trial lands on."""
+    import ray
+
+    stores = [node["Resources"].get("object_store_memory", 0) for node in ray.nodes() if node["Alive"]]
+    return min(stores) if stores else 0.0
+
+
+def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: bool, verbose: bool) -> tuple[Any, str]:
+    """The data trials read, and how (the plan line's words): in memory, decoded or from
+    the cache, or streamed when the decoded set would not fit. A resumed sweep keeps the
+    way its first run chose (its searcher, restored by Tune, keeps that run's cap)."""
+    from tuner.data.datasets import OwnData
+
+    if not isinstance(planned, OwnData):
+        return planned, "in memory"
+    from tuner.data import sources
+    sources.quiet_ray_data(verbose)
+    earlier = store.read_data_description(paths) if resume else None
+    store_bytes = smallest_object_store()
+    size = f"{planned.decoded_bytes / 2**20:,.0f} MiB decoded"
+    share = f"{sweep.data.object_store_share:g} of the {store_bytes / 2**20:,.0f} MiB object store"
+    started = time.perf_counter()
+    held = None if earlier is None else earlier.get("held") == "stream"
+    data, decoder = planned.ready(object_store_bytes=store_bytes, stream=held)
+    if isinstance(data, TrainingData):
+        data = dataclasses.replace(data, test=None)  # trials never read it; the export reads it itself
+    if not resume or earlier is None:  # written by _run once the sweep is built
+        planned.record = {
+            "data": planned.describe((data.mean, data.std)),
+            "held": "memory" if isinstance(data, TrainingData) else "stream",
+        }
+    if not isinstance(data, TrainingData):
+        why = (
+            "as its first run"
+            if held is not None
+            else ("data.streaming: true" if sweep.data.streaming is True else f"{size} > {share}")
+        )
+        return data, f"streamed with Ray Data ({why})"
+    took = time.perf_counter() - started
+    how = {"cache": "from the cache", "ray_data": f"decoded with Ray Data in {took:.1f} s"}.get(
+        decoder, f"decoded in this process in {took:.1f} s"
+    )
+    return data, f"in memory ({size}, {how})"

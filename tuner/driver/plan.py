@@ -1,0 +1,95 @@
+"""The sweep's resource model and its plan: GPU or not, how many trials at once (CPUs, GPUs,
+memory, the CPUs Ray Data keeps for streaming), and the lines the driver prints before
+the first trial (docs/architecture.md, "Resources")."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tuner.errors import TunerError
+from tuner.folder import remote
+from tuner.folder.store import SweepFolder
+from tuner.spec.config import SweepConfig
+
+if TYPE_CHECKING:
+    pass
+
+DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation for the trial driver process
+
+
+def decide_gpu(sweep: SweepConfig, cluster: dict[str, float]) -> bool:
+    if sweep.scaling.use_gpu == "auto":
+        return cluster.get("GPU", 0) > 0
+    if sweep.scaling.use_gpu and cluster.get("GPU", 0) <= 0:
+        raise TunerError("scaling.use_gpu is true, but the Ray cluster has no GPU; use auto or false")
+    return bool(sweep.scaling.use_gpu)
+
+
+def stream_cpus(cluster: dict[str, float]) -> int:
+    """CPUs left free of trials for a streaming sweep's Ray Data tasks (they run outside
+    the trials' reservations, and a pipeline with no free CPU waits for ever): a quarter
+    of the cluster's, at least one."""
+    return max(1, int(cluster.get("CPU", 0) // 4))
+
+
+def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bool, data_cpus: int = 0) -> int:
+    """How many trials fit at once: the cluster's CPUs (less ``data_cpus`` kept for a
+    streaming pipeline) and GPUs over one trial's need."""
+    scaling = sweep.scaling
+    need_cpu = scaling.workers * scaling.cpus_per_worker
+    slots = math.floor((cluster.get("CPU", 0) - data_cpus) / need_cpu + 1e-9)
+    if use_gpu:
+        need_gpu = scaling.workers * scaling.gpus_per_worker
+        gpu_slots = math.floor(cluster.get("GPU", 0) / need_gpu + 1e-9)
+        if gpu_slots < 1:
+            raise TunerError(
+                f"one trial needs {need_gpu:g} GPUs (scaling.workers x scaling.gpus_per_worker), "
+                f"but the Ray cluster has {cluster.get('GPU', 0):g}; lower scaling.workers or gpus_per_worker"
+            )
+        slots = min(slots, gpu_slots)
+    if slots < 1:
+        raise TunerError(
+            f"one trial needs {need_cpu:g} CPUs (scaling.workers x scaling.cpus_per_worker), "
+            f"but the Ray cluster has {cluster.get('CPU', 0):g}"
+            + (f" ({data_cpus} kept free for streaming the data)" if data_cpus else "")
+            + "; lower scaling.workers or cpus_per_worker"
+        )
+    return min(slots, sweep.trials.max_concurrent or slots)
+
+
+def describe(
+    sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: SweepFolder, held: str = "in memory"
+) -> str:
+    specs = sweep.param_specs()
+    searched = ", ".join(f"{k} ({s.kind})" for k, s in specs.items() if s.kind != "constant") or "nothing"
+    device = "GPU" if use_gpu else "CPU"
+    return "\n".join(
+        [
+            f"sweep {sweep.name}: {sweep.total_trials} trial(s) x up to {sweep.max_epochs} epoch(s) of "
+            f"{sweep.model.name} on {sweep.data.dataset} ({len(data.train)} train / {len(data.val)} val images)",
+            f"  data {held}",
+            f"  search {searched}; searcher {sweep.searcher.name}, scheduler {sweep.scheduler.name}, "
+            f"{sweep.mode}imise {sweep.metric}",
+            f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x "
+            f"{sweep.scaling.cpus_per_worker:g} CPU on {device}, "
+            f"{'in the trial process' if sweep.scaling.direct else 'as a TorchTrainer'}",
+            f"  output: {paths.where}",
+        ]
+    )
+
+
+def earlier_run_note(sweep: SweepConfig, paths: SweepFolder) -> list[str]:
+    """A second run of a sweep goes to a new folder; say where the first one is."""
+    if paths.root.name == sweep.name:
+        return []
+    if paths.remote:
+        earlier: str | Path = remote.join(remote.parent(paths.remote), sweep.name)
+        finished = remote.exists(remote.join(str(earlier), "best", "metrics.json"))
+    else:
+        earlier = paths.root.with_name(sweep.name)
+        finished = (earlier / "best" / "metrics.json").is_file()
+    if finished:
+        return [f"  ({earlier} holds an earlier, finished run of this sweep, kept as it is)"]
+    return [f"  ({earlier} holds an earlier run, kept as it is; 'python -m tuner resume {earlier}' continues it)"]
