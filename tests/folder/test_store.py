@@ -36,7 +36,7 @@ from tuner.folder.store import (
     write_atomic,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

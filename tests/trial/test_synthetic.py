@@ -21,7 +21,7 @@ from integration_helpers import tuner_cli
 
 from tuner.trial import synthetic
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_rate_peaks_at_the_optimum_and_falls_off_in_log_lr():

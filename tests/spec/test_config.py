@@ -22,7 +22,7 @@ from tuner.spec.config import EXPERIMENTS_DIR, SMOKE_OVERRIDES, SweepConfig, loa
 from tuner.spec.spaces import ParamSpec
 from tuner.spec.yamlio import parse_scalar
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = sorted(EXPERIMENTS_DIR.glob("*.yaml"))
 
 

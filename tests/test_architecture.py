@@ -1,0 +1,46 @@
+"""The package layout holds (docs/architecture.md): layers without cycles, checked by
+import-linter against pyproject's contracts; one package decides where files live; tuner
+reads no test switch from the environment."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "tuner"
+
+
+def _sources() -> dict[str, str]:
+    return {path.relative_to(REPO).as_posix(): path.read_text() for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_the_layers_and_acyclic_contracts_hold():
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint_imports)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "2 kept, 0 broken" in done.stdout, done.stdout[-2000:]
+
+
+def test_only_the_folder_package_asks_whether_a_place_is_a_uri():
+    asked = [
+        f"{name}:{number}"
+        for name, text in _sources().items()
+        for number, line in enumerate(text.splitlines(), start=1)
+        if re.search(r'is_uri|"://"', line) and not name.startswith("tuner/folder/")
+    ]
+    assert asked == []
+
+
+def test_tuner_reads_no_test_switch_from_the_environment():
+    assert [name for name, text in _sources().items() if "TUNER_TEST" in text] == []
+
+
+def test_every_package_says_what_it_holds():
+    packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    assert packages == ["cluster", "data", "driver", "folder", "models", "results", "spec", "tracking", "trial"]
+    for name in packages:
+        doc = (PACKAGE / name / "__init__.py").read_text()
+        assert doc.startswith('"""') and len(doc) > 60, name
