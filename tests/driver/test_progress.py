@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from tuner.driver.callbacks import ProgressCallback
-from tuner.driver.progress import _SHOWING, Progress, Reporter
+from tuner.driver.progress import Progress, Reporter, showing
 from tuner.folder.store import BestEpoch
 
 
@@ -46,7 +46,7 @@ def test_off_a_terminal_every_event_is_one_plain_line_through_the_tune_callback(
         epoch(a, 2, 0.95)
         epoch(a, 3, 0.94)
         end(a)
-    assert not _SHOWING  # the callback feeds only the reporter being shown
+    assert showing() is None  # the callback feeds only the reporter being shown
     lines = [re.sub(r"^\[\s*\d+s\] ", "", line) for line in stream.getvalue().splitlines()]
     assert lines == [
         "trial a_00000 started: lr=0.002",

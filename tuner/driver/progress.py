@@ -18,6 +18,7 @@ import math
 import os
 import sys
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -178,7 +179,7 @@ class Reporter:
         self.reader_gone = False  # the stream's reader went away: nothing more is written
 
     def __enter__(self) -> Reporter:
-        _SHOWING.append(self)
+        self._shown = _SHOWING.set(self)
         if self.live_mode:
             from rich.console import Console
             from rich.live import Live
@@ -193,7 +194,7 @@ class Reporter:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _SHOWING.remove(self)
+        _SHOWING.reset(self._shown)
         if self._live is not None:
             self._live.refresh()
             self._live.stop()
@@ -269,11 +270,13 @@ def quiet_stdout() -> None:
         os.close(devnull)
 
 
-_SHOWING: list[Reporter] = []  # the reporter of the sweep this driver runs now
+# The reporter of the sweep this driver runs now: a context, not module state (Tune's
+# callbacks, which feed it, run in the thread that called fit()).
+_SHOWING: ContextVar[Reporter | None] = ContextVar("tuner_reporter", default=None)
 
 
 def showing() -> Reporter | None:
-    return _SHOWING[-1] if _SHOWING else None
+    return _SHOWING.get()
 
 
 def _epoch(trial: Any) -> int:

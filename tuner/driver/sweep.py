@@ -139,28 +139,29 @@ def _fit_and_export(
     """Start or join Ray, fit, export; a write the machine refused ends it in one line."""
     import ray
 
-    store.FAILED_WRITES.clear()
     started_ray = start_ray(address, verbose=verbose)
     try:
-        with store.writing_records_to(paths):
-            return _run(
-                sweep,
-                paths,
-                data,
-                resume=resume,
-                verbose=verbose,
-                cluster_timeout_s=cluster_timeout_s,
-                address=address,
-                hooks=hooks,
-            )
-    except Exception as error:
-        failure = store.failed_write(error, paths.root)
-        if failure is None:
-            raise
-        raise store.StorageError(
-            f"{failure}; the sweep stopped: free space (or make the folder writable), then continue it with: "
-            f"python -m tuner resume {paths.where}"
-        ) from None
+        with store.noting_failed_writes():
+            try:
+                with store.writing_records_to(paths):
+                    return _run(
+                        sweep,
+                        paths,
+                        data,
+                        resume=resume,
+                        verbose=verbose,
+                        cluster_timeout_s=cluster_timeout_s,
+                        address=address,
+                        hooks=hooks,
+                    )
+            except Exception as error:
+                failure = store.failed_write(error, paths.root)
+                if failure is None:
+                    raise
+                raise store.StorageError(
+                    f"{failure}; the sweep stopped: free space (or make the folder writable), then continue it "
+                    f"with: python -m tuner resume {paths.where}"
+                ) from None
     finally:
         if started_ray:
             ray.shutdown()

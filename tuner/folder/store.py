@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,6 @@ class StorageError(TunerError):
     what was recorded before is kept."""
 
 
-# Write failures met in this process since the sweep started (Tune turns an error in
-# one of its callbacks into a TuneError that carries only text): the driver names the
-# first one when Tune stops.
-FAILED_WRITES: list[StorageError] = []
 MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 FULL_DISK_TEXTS = ("No space left on device", "database or disk is full", "readonly database", "Disk quota exceeded")
 _UMASK = os.umask(0o022)
@@ -180,15 +177,16 @@ def storage_error(path: Path | str, error: BaseException | str) -> StorageError:
     """The one-line error for a write the machine refused (and a note of it for the driver)."""
     reason = error if isinstance(error, str) else getattr(error, "strerror", None) or type(error).__name__
     failure = StorageError(f"{path}: cannot write ({reason}); what was recorded before it is kept")
-    FAILED_WRITES.append(failure)
+    if (noted := _FAILED_WRITES.get()) is not None:
+        noted.append(failure)
     return failure
 
 
 def failed_write(error: BaseException, where: Path | str = "the output folder") -> StorageError | None:
     """The write failure behind ``error`` (a stopped fit, a failed export), if there is one;
     ``where`` names the place when the error itself does not."""
-    if FAILED_WRITES:
-        return FAILED_WRITES[0]
+    if noted := _FAILED_WRITES.get():
+        return noted[0]
     seen: set[int] = set()
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:
@@ -406,7 +404,14 @@ def _holder(path: Path) -> dict[str, Any] | None:
 
 
 # --- the sweep's own records ------------------------------------------------------------------
-_WRITING: list[SweepFolder] = []  # the folder this driver process is writing now
+# The sweep a driver is running, as contexts rather than module state: the folder it
+# writes, and the writes the machine refused meanwhile. Tune calls its callbacks in the
+# thread that called fit(); a thread that writes for them runs in a copy of the context
+# (tracking's MLflow writer).
+_WRITING: ContextVar[SweepFolder | None] = ContextVar("tuner_sweep_folder", default=None)
+# Tune turns an error in one of its callbacks into a TuneError that carries only text:
+# the driver names the first refused write when Tune stops.
+_FAILED_WRITES: ContextVar[list[StorageError] | None] = ContextVar("tuner_failed_writes", default=None)
 
 
 @contextlib.contextmanager
@@ -414,16 +419,26 @@ def writing_records_to(paths: SweepFolder) -> Iterator[None]:
     """Point the Tune callbacks at ``paths`` while a sweep runs. A resumed sweep's callbacks
     come back from Tune's pickle with the folder they were made for, which is stale when
     the folder was moved or copied since."""
-    _WRITING.append(paths)
+    token = _WRITING.set(paths)
     try:
         yield
     finally:
-        _WRITING.pop()
+        _WRITING.reset(token)
+
+
+@contextlib.contextmanager
+def noting_failed_writes() -> Iterator[None]:
+    """Keep the writes refused in this context (``storage_error``), for ``failed_write``."""
+    token = _FAILED_WRITES.set([])
+    try:
+        yield
+    finally:
+        _FAILED_WRITES.reset(token)
 
 
 def current(paths: SweepFolder) -> SweepFolder:
     """The folder being written now, else ``paths``."""
-    return _WRITING[-1] if _WRITING else paths
+    return _WRITING.get() or paths
 
 
 def _plain(value: Any) -> Any:

@@ -8,6 +8,7 @@ Tune sets it up.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import time
 from collections.abc import Callable
@@ -58,7 +59,8 @@ class MlflowTrials(Callback):
     def _then(self, write: Callable[..., Any], *args: Any) -> None:
         """Queue a write after the others; first raise any that failed."""
         self._raise_failed(wait=False)
-        self.writes.append(self.writer.submit(write, *args))
+        # In a copy of this context: the folder being written now, the refused writes.
+        self.writes.append(self.writer.submit(contextvars.copy_context().run, write, *args))
 
     def _raise_failed(self, wait: bool) -> None:
         done = [w for w in self.writes if wait or w.done()]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import importlib.util
 import io
 import json
 import os
@@ -35,8 +34,9 @@ from tuner.folder import remote, store
 from tuner.folder.store import TRIAL_METRICS, SweepFolder
 from tuner.spec.config import SweepConfig
 
-# MLflow loads this file by itself ("models from code"): named by path, never imported here
-SERVED_MODEL_FILE = importlib.util.find_spec("tuner.results.served_model").origin
+# The model tuner registers: MLflow loads this file by itself ("models from code"), so it
+# is named by path, never imported here (importing it sets MLflow's model).
+SERVED_MODEL_FILE = Path(__file__).with_name("served_model.py")
 LOCKED_SECONDS = 300.0  # how long a call keeps retrying a locked store
 FLUSH_S = 2.0  # the longest a trial's epoch waits to be written to MLflow
 
@@ -268,7 +268,7 @@ class SweepRecord:
         """Log the best metrics and model on the parent run, register it; returns the version
         (None when ``tracking.mlflow.registry`` is false, as for a --smoke run: logged only).
 
-        The model is tuner/results/served_model.py: uint8 images in, classes and probabilities out.
+        The model is tuner/tracking/served_model.py: uint8 images in, classes and probabilities out.
         """
         import mlflow
 
@@ -296,7 +296,7 @@ class SweepRecord:
                 artifacts, signature = served_model_files(exported, Path(folder))
                 return mlflow.pyfunc.log_model(
                     name="model",
-                    python_model=SERVED_MODEL_FILE,
+                    python_model=str(SERVED_MODEL_FILE),
                     artifacts=artifacts,
                     signature=signature,
                     input_example=np.array(exported.example),
