@@ -99,7 +99,8 @@ def main() -> None:
 
 
 def summarise(out: Path, started: float, exited: float) -> dict:
-    from tuner.folder.store import SweepFolder, read_timeline, trial_histories
+    from tuner.folder.records import read_timeline, trial_histories
+    from tuner.folder.store import SweepFolder
 
     inner = json.loads((out / "child.json").read_text())
     sweep_dir = next(p.parents[1] for p in (out / "runs").glob("*/best/metrics.json"))

@@ -45,7 +45,8 @@ def sweep_file(folder: Path, scheduler: dict, epochs: int, subset: int, data_roo
 
 
 def run(folder: Path, scheduler: dict, epochs: int, subset: int, data_root: str | None) -> dict:
-    from tuner.folder.store import SweepFolder, trial_histories
+    from tuner.folder.records import trial_histories
+    from tuner.folder.store import SweepFolder
 
     folder.mkdir(parents=True, exist_ok=True)
     path = sweep_file(folder, scheduler, epochs, subset, data_root)

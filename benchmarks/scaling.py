@@ -75,7 +75,8 @@ def child_tuner(folder: Path, trials: int, epoch_s: float) -> dict:
     """The sweep in this process (so that its CPU, memory and MLflow calls are this
     process's), then the read commands as fresh processes."""
     from tuner import cli
-    from tuner.folder.store import SweepFolder, trial_histories
+    from tuner.folder.records import trial_histories
+    from tuner.folder.store import SweepFolder
     from tuner.tracking import mlflow_runs as tracking
 
     spent = {"s": 0.0, "calls": 0, "depth": 0}
@@ -221,7 +222,8 @@ def scheduler_check(name: str, folder: Path, epoch_s: float) -> dict:
     """One synthetic sweep under a scheduler; what its trials did, rung by rung."""
     import yaml
 
-    from tuner.folder.store import SweepFolder, trial_histories
+    from tuner.folder.records import trial_histories
+    from tuner.folder.store import SweepFolder
     from tuner.trial.synthetic import OPTIMUM_LR
 
     scheduler, trials = SCHEDULER_RUNS[name]

@@ -46,7 +46,8 @@ def sweep_file(budget: Budget, folder: Path, workers: int, max_concurrent: int |
 
 def timings(sweep_dir: Path) -> dict:
     """Per-trial overheads from the sweep's own records (history and timeline)."""
-    from tuner.folder.store import SweepFolder, read_timeline, trial_histories
+    from tuner.folder.records import read_timeline, trial_histories
+    from tuner.folder.store import SweepFolder
 
     paths = SweepFolder(sweep_dir)
     histories = trial_histories(paths)
@@ -83,7 +84,8 @@ def best_curve(sweep_dir: Path, budget: Budget) -> list[tuple[float, float, floa
     with its test accuracy: each improvement's own checkpoint, scored after the sweep."""
     from common import Tensors, accuracy, build_cnn
 
-    from tuner.folder.store import SweepFolder, trial_histories
+    from tuner.folder.records import trial_histories
+    from tuner.folder.store import SweepFolder
     from tuner.trial.session import load_state
 
     epochs = []

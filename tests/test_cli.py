@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from tuner.cli import main
-from tuner.folder.store import SweepFolder, append_history
+from tuner.folder.records import append_history
+from tuner.folder.store import SweepFolder
 from tuner.spec.config import SweepConfig
 
 

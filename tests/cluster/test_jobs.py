@@ -29,7 +29,8 @@ from integration_helpers import (
     tuner_cli,
 )
 
-from tuner.folder.store import SweepFolder, read_timeline, trial_histories
+from tuner.folder.records import read_timeline, trial_histories
+from tuner.folder.store import SweepFolder
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

@@ -24,7 +24,8 @@ from integration_helpers import (
 )
 
 from tuner.folder import remote
-from tuner.folder.store import SweepFolder, trial_histories
+from tuner.folder.records import trial_histories
+from tuner.folder.store import SweepFolder
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

@@ -8,7 +8,7 @@ import pytest
 from integration_helpers import assert_no_leaks, small_sweep
 
 from tuner.driver.sweep import run_sweep
-from tuner.folder.store import read_timeline
+from tuner.folder.records import read_timeline
 from tuner.spec.config import SweepConfig
 from tuner.trial.testing import TrainOnCpu
 

@@ -19,7 +19,8 @@ from integration_helpers import (
     wait_for_results,
 )
 
-from tuner.folder.store import SweepFolder, trial_histories
+from tuner.folder.records import trial_histories
+from tuner.folder.store import SweepFolder
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 

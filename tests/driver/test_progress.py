@@ -12,7 +12,7 @@ import pytest
 
 from tuner.driver.callbacks import ProgressCallback
 from tuner.driver.progress import Progress, Reporter, showing
-from tuner.folder.store import BestEpoch
+from tuner.folder.records import BestEpoch
 
 
 def _trial(trial_id: str, lr: float, status: str = "RUNNING", epoch: int = 0, value: float | None = None):

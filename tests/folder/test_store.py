@@ -20,19 +20,16 @@ from unittest.mock import ANY
 import pytest
 
 from tuner.errors import TunerError
+from tuner.folder.records import append_history, best_epoch, read_mlflow_state, trial_histories
 from tuner.folder.store import (
     LOCK_FILE,
     StorageError,
     SweepFolder,
     SweepLock,
-    append_history,
     append_line,
-    best_epoch,
     claim_new,
     read_json_lines,
-    read_mlflow_state,
     release_unused,
-    trial_histories,
     write_atomic,
 )
 
@@ -251,7 +248,7 @@ def test_an_ended_trial_keeps_its_best_checkpoints_and_its_last(tmp_path):
     checkpoint folders, all but its ``keep`` best by the metric and its last go."""
     import pyarrow.fs
 
-    from tuner.folder.store import kept_checkpoints, prune_checkpoints
+    from tuner.folder.records import kept_checkpoints, prune_checkpoints
 
     rows = [
         {"training_iteration": epoch, "val_accuracy": accuracy, "checkpoint_dir_name": f"checkpoint_{epoch - 1:06d}"}

@@ -22,7 +22,8 @@ import pytest
 import yaml
 from integration_helpers import data_root, mlflow_children, small_sweep, start_sweep, tuner_cli, wait_for_results
 
-from tuner.folder.store import STATE_COPY_SUFFIX, SweepFolder, best_epoch, trial_histories
+from tuner.folder.records import STATE_COPY_SUFFIX, best_epoch, trial_histories
+from tuner.folder.store import SweepFolder
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 

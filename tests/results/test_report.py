@@ -226,7 +226,7 @@ def _report(*args: str) -> subprocess.CompletedProcess:
 def test_the_report_of_a_sweep_has_every_plot_and_trial_and_is_logged_to_mlflow(sweeps, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from tuner.folder.store import read_mlflow_state, trial_histories, write_mlflow_state
+    from tuner.folder.records import read_mlflow_state, trial_histories, write_mlflow_state
 
     root = sweeps["asha"]
     (root / "report").mkdir()

@@ -14,7 +14,7 @@ from integration_helpers import data_root, small_sweep
 
 from tuner.data.datasets import load_test_split
 from tuner.driver.sweep import run_sweep
-from tuner.folder.store import trial_histories
+from tuner.folder.records import trial_histories
 from tuner.spec.config import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -323,7 +323,8 @@ def test_epochs_queued_when_the_driver_died_are_written_from_the_history(tmp_pat
     written on resume from the history (which the driver appends first), once each."""
     from mlflow.tracking import MlflowClient
 
-    from tuner.folder.store import SweepFolder, append_history, trial_histories
+    from tuner.folder.records import append_history, trial_histories
+    from tuner.folder.store import SweepFolder
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "queued", "output_dir": str(tmp_path / "runs")})
@@ -354,7 +355,8 @@ def test_epochs_written_before_mlflow_json_could_be_saved_are_not_written_twice(
     mlflow.json's last step behind MLflow: the resume asks MLflow, and writes each epoch once."""
     from mlflow.tracking import MlflowClient
 
-    from tuner.folder.store import SweepFolder, append_history, trial_histories
+    from tuner.folder.records import append_history, trial_histories
+    from tuner.folder.store import SweepFolder
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "behind", "output_dir": str(tmp_path / "runs")})
@@ -391,7 +393,8 @@ def test_epochs_of_a_trial_whose_run_the_killed_driver_had_not_recorded_are_writ
     every epoch from 1, once each."""
     from mlflow.tracking import MlflowClient
 
-    from tuner.folder.store import SweepFolder, append_history, trial_histories
+    from tuner.folder.records import append_history, trial_histories
+    from tuner.folder.store import SweepFolder
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "late", "output_dir": str(tmp_path / "runs")})

@@ -9,7 +9,7 @@ import pytest
 from integration_helpers import assert_no_leaks, data_root, small_sweep
 
 from tuner.driver.sweep import run_sweep
-from tuner.folder.store import read_timeline, trial_histories
+from tuner.folder.records import read_timeline, trial_histories
 from tuner.spec.config import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

@@ -13,7 +13,8 @@ from typing import Any
 
 from tuner.errors import TunerError
 from tuner.folder import remote
-from tuner.folder.store import SweepFolder, in_use, read_timeline, write_atomic
+from tuner.folder.records import read_timeline
+from tuner.folder.store import SweepFolder, in_use, write_atomic
 from tuner.results.summaries import UNDONE, TrialSummary
 from tuner.spec.config import SweepConfig
 from tuner.spec.shipped import PACKAGE_DIR

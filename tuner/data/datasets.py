@@ -298,7 +298,7 @@ class OwnData:
     channels: int
     size: int
     cached: bool  # an earlier sweep decoded these files: no header check, no decoding
-    record: dict | None = None  # what the sweep records of them (tuner.folder.store.write_data_description)
+    record: dict | None = None  # what the sweep records of them (tuner.folder.records.write_data_description)
 
     @classmethod
     def plan(cls, config, *, seed: int, check: bool = True) -> OwnData:

@@ -14,18 +14,16 @@ from typing import Any
 from ray.tune import Callback
 
 from tuner.driver.progress import showing
-from tuner.folder.store import (
-    SweepFolder,
+from tuner.folder.records import (
     append_history,
     append_timeline,
-    current,
     history_file,
     keep_state_copy,
     kept_checkpoints,
     prune_checkpoints,
-    read_json_lines,
     state_saved_at,
 )
+from tuner.folder.store import SweepFolder, current, read_json_lines
 
 
 class SweepRecords(Callback):

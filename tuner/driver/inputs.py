@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.data.datasets import TrainingData
 from tuner.errors import ConfigError
-from tuner.folder import store
+from tuner.folder import records
 from tuner.folder.store import SweepFolder
 from tuner.spec.config import SweepConfig
 
@@ -47,7 +47,7 @@ def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: boo
         return planned, "in memory"
     from tuner.data import sources
     sources.quiet_ray_data(verbose)
-    earlier = store.read_data_description(paths) if resume else None
+    earlier = records.read_data_description(paths) if resume else None
     store_bytes = smallest_object_store()
     size = f"{planned.decoded_bytes / 2**20:,.0f} MiB decoded"
     share = f"{sweep.data.object_store_share:g} of the {store_bytes / 2**20:,.0f} MiB object store"

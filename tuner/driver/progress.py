@@ -61,7 +61,7 @@ class Progress:
             self.best.config = next((dict(t.config) for t in self.trials if t.trial_id == self.best.trial_id), {})
 
     def seed(self, best: Any) -> None:
-        """A resumed sweep's best so far (tuner.folder.store.best_epoch over its history)."""
+        """A resumed sweep's best so far (tuner.folder.records.best_epoch over its history)."""
         self.best = _Best(best.trial_id, float(best.value), int(best.epoch), {})
 
     def result(self, trial: Any, result: dict[str, Any]) -> str | None:

@@ -27,7 +27,7 @@ from tuner.driver.plan import concurrent_trials, decide_gpu, describe, earlier_r
 from tuner.driver.progress import show
 from tuner.driver.signals import SweepInterrupted, ray_output, stop_cleanly_on_ctrl_c
 from tuner.errors import TunerError
-from tuner.folder import remote, store
+from tuner.folder import records, remote, store
 from tuner.folder.store import SweepFolder, SweepLock, release_unused, write_atomic
 from tuner.spec.config import SweepConfig
 
@@ -116,9 +116,9 @@ def _check_resumable(sweep: SweepConfig, paths: SweepFolder) -> None:
     given a state it cannot load, would start the sweep again from scratch.)"""
     from tuner.results.summaries import analysis
 
-    store.read_mlflow_state(paths)
-    store.trial_histories(paths)
-    for state in store.recover_state(paths):
+    records.read_mlflow_state(paths)
+    records.trial_histories(paths)
+    for state in records.recover_state(paths):
         show(f"{state}: was cut short (a full disk?); put back tuner's last whole copy of it")
     if not can_resume(paths):
         raise TunerError(f"{paths.where}: no Tune experiment state to resume in {paths.tune_uri}")
@@ -173,7 +173,7 @@ def _reporter(sweep: SweepConfig, paths: SweepFolder) -> Any:
 
     searched = [name for name, spec in sweep.param_specs().items() if spec.kind != "constant"]
     progress = Progress(sweep.name, sweep.metric, sweep.mode, sweep.total_trials, sweep.max_epochs, searched)
-    best = store.best_epoch(store.trial_histories(paths), sweep.metric, sweep.mode)
+    best = records.best_epoch(records.trial_histories(paths), sweep.metric, sweep.mode)
     if best is not None:
         progress.seed(best)
     return Reporter(progress)
@@ -229,9 +229,9 @@ def _run(
     )
     # The report's slot count; only once the sweep (or its restore) is built: a refused
     # resume writes nothing.
-    store.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume, **joined(address))
+    records.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume, **joined(address))
     if getattr(planned, "record", None):  # a user's own data: what the export and a resume build on
-        store.write_data_description(store.current(paths), planned.record)
+        records.write_data_description(store.current(paths), planned.record)
     with (
         stop_cleanly_on_ctrl_c() as interrupted,
         reporter if not verbose else contextlib.nullcontext(),

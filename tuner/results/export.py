@@ -26,7 +26,7 @@ import yaml
 
 from tuner.data.datasets import held_out, normalise
 from tuner.errors import ConfigError, TunerError
-from tuner.folder import store
+from tuner.folder import records
 from tuner.models.builtin import build_model
 
 MODEL_FILE, SCRIPT_FILE, CONFIG_FILE, METRICS_FILE = "model.pt", "model.ts", "config.yaml", "metrics.json"
@@ -107,12 +107,12 @@ def load_best(path: str | Path) -> ExportedModel:
 
 
 def best_trial_checkpoint(results: Any, paths: Any, metric: str, mode: str) -> tuple[Any, Any, dict[str, Any]]:
-    """The best trial and epoch (tuner.folder.store.best_epoch) and its checkpoint at that epoch.
+    """The best trial and epoch (tuner.folder.records.best_epoch) and its checkpoint at that epoch.
 
     Checkpoints are kept by the same metric, so the best epoch's checkpoint is among the
     trial's kept ones.
     """
-    from tuner.folder.store import best_epoch, trial_histories
+    from tuner.folder.records import best_epoch, trial_histories
 
     # Only the experiment's trials: a trial that reported, then was lost with a crash
     # before Tune saved it, left a history no restored trial continues.
@@ -172,7 +172,7 @@ def export_best(
         held = held_out(sweep.data, seed=sweep.seed)  # listed once: a Parquet source reads its files
     except ConfigError as error:  # data.path gone since: name the sweep.yaml line, as a sweep does
         raise sweep.locate(error) from None
-    recorded = store.read_data_description(paths)  # a user's own data as the sweep saw them
+    recorded = records.read_data_description(paths)  # a user's own data as the sweep saw them
     described = recorded["data"] if recorded else held.describe()
     config = {
         "sweep": sweep.name,

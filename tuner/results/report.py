@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
-from tuner.folder import remote, store
+from tuner.folder import records, remote, store
 from tuner.folder.store import SweepFolder
 from tuner.results.summaries import TrialSummary, open_sweep, trial_summaries
 from tuner.spec.config import SweepConfig
@@ -74,7 +74,7 @@ class Sweep:
 
 def read(folder: str | Path) -> Sweep:
     config, paths = open_sweep(folder)
-    histories = store.trial_histories(paths)
+    histories = records.trial_histories(paths)
     trials = trial_summaries(config, paths, histories)
     # As results.best_trial: not the history of a trial lost in a crash before Tune saved it.
     saved = {t.trial_id for t in trials}
@@ -90,7 +90,7 @@ def read(folder: str | Path) -> Sweep:
         label=remote.name(paths.remote) if paths.remote else paths.root.name,
         trials=sorted(trials, key=lambda t: t.trial_id),
         histories=histories,
-        timeline=store.read_timeline(paths),
+        timeline=records.read_timeline(paths),
         searched={name: spec for name, spec in specs.items() if spec.kind != "constant"},
         finished=(paths.best / "metrics.json").is_file(),
         now=time.time(),

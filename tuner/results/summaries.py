@@ -1,6 +1,6 @@
 """Read a sweep's output folder without Ray running: its config, trials and best trial.
 
-"Best" means one thing everywhere (here, the export, MLflow): ``tuner.folder.store.best_epoch``,
+"Best" means one thing everywhere (here, the export, MLflow): ``tuner.folder.records.best_epoch``,
 the sweep's metric and mode over every epoch every trial reported.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
-from tuner.folder import remote, store
+from tuner.folder import records, remote, store
 from tuner.folder.store import SweepFolder
 from tuner.spec.config import SweepConfig, load_sweep
 
@@ -108,14 +108,14 @@ def trial_summaries(
     """Every trial Tune saved, with its records; ``histories`` when the caller read them
     already (a thousand trials' files take a quarter of a second to read)."""
     saved = saved_trials(sweep, paths)
-    histories = store.trial_histories(paths) if histories is None else histories
-    last_event = {event["trial_id"]: event["event"] for event in store.read_timeline(paths)}
+    histories = records.trial_histories(paths) if histories is None else histories
+    last_event = {event["trial_id"]: event["event"] for event in records.read_timeline(paths)}
     running: bool | None = None  # whether a sweep holds the folder now; asked once, if needed
     summaries = []
     for trial in saved:
-        records = histories.get(trial.trial_id, [])  # every reported epoch
-        best = store.best_epoch({trial.trial_id: records}, sweep.metric, sweep.mode)
-        epochs = int(records[-1]["training_iteration"]) if records else 0
+        rows = histories.get(trial.trial_id, [])  # every reported epoch
+        best = records.best_epoch({trial.trial_id: rows}, sweep.metric, sweep.mode)
+        epochs = int(rows[-1]["training_iteration"]) if rows else 0
         tune_status = trial.status
         if tune_status in ("RUNNING", "PENDING") and last_event.get(trial.trial_id) == "error":
             # Tune can save its state before it handles a lost node's error; the driver's
@@ -135,7 +135,7 @@ def trial_summaries(
                 config=trial.config,
                 best_epoch=best.epoch if best else None,
                 best_value=best.value if best else None,
-                last=records[-1] if records else {},
+                last=rows[-1] if rows else {},
                 error=_error_reason(trial) if tune_status == "ERROR" else "",
             )
         )
@@ -173,10 +173,10 @@ def _status(tune_status: str, epochs: int, max_epochs: int) -> str:
 
 
 def best_trial(sweep: SweepConfig, paths: SweepFolder, summaries: list[TrialSummary]) -> TrialSummary:
-    """The summary of the trial ``tuner.folder.store.best_epoch`` names."""
+    """The summary of the trial ``tuner.folder.records.best_epoch`` names."""
     in_experiment = {s.trial_id for s in summaries}  # not the history of a trial lost in a crash
-    histories = {k: v for k, v in store.trial_histories(paths).items() if k in in_experiment}
-    best = store.best_epoch(histories, sweep.metric, sweep.mode)
+    histories = {k: v for k, v in records.trial_histories(paths).items() if k in in_experiment}
+    best = records.best_epoch(histories, sweep.metric, sweep.mode)
     chosen = next((s for s in summaries if best is not None and s.trial_id == best.trial_id), None)
     if chosen is None:
         raise TunerError(f"{paths.where}: no trial of sweep {sweep.name!r} has reported {sweep.metric} yet")

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.errors import TunerError
-from tuner.folder.store import SweepFolder, read_mlflow_state
+from tuner.folder.records import read_mlflow_state
+from tuner.folder.store import SweepFolder
 
 
 @dataclass(frozen=True)

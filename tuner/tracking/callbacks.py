@@ -22,7 +22,7 @@ from tensorboardX.event_file_writer import EventsWriter
 from tensorboardX.record_writer import directory_check
 from tensorboardX.writer import FileWriter
 
-from tuner.folder import store
+from tuner.folder import records, store
 from tuner.folder.store import SweepFolder
 from tuner.spec.config import SweepConfig
 from tuner.tracking.mlflow_runs import FLUSH_S, SweepRecord
@@ -54,7 +54,7 @@ class MlflowTrials(Callback):
 
     def _open(self) -> None:
         self.record = SweepRecord(self.sweep, store.current(self.paths))
-        self.record.backfill(store.trial_histories(store.current(self.paths)))
+        self.record.backfill(records.trial_histories(store.current(self.paths)))
 
     def _then(self, write: Callable[..., Any], *args: Any) -> None:
         """Queue a write after the others; first raise any that failed."""

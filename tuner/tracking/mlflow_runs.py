@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from tuner.errors import TunerError
-from tuner.folder import remote, store
-from tuner.folder.store import TRIAL_METRICS, SweepFolder
+from tuner.folder import records, remote, store
+from tuner.folder.records import TRIAL_METRICS
+from tuner.folder.store import SweepFolder
 from tuner.spec.config import SweepConfig
 
 # The model tuner registers: MLflow loads this file by itself ("models from code"), so it
@@ -68,7 +69,7 @@ class SweepRecord:
 
         self.sweep = sweep
         self.paths = paths
-        state = store.read_mlflow_state(paths)
+        state = records.read_mlflow_state(paths)
         self.uri = state.get("tracking_uri") or tracking_uri(sweep)  # a resume keeps its store
         self.trials: dict[str, str] = state.get("trials", {})
         self.last_step: dict[str, int] = state.get("last_step", {})
@@ -144,7 +145,7 @@ class SweepRecord:
             "last_step": self.last_step,
             "model": self.model,
         }
-        store.write_mlflow_state(self.paths, state)
+        records.write_mlflow_state(self.paths, state)
 
     def trial_run(self, trial_id: str, config: dict[str, Any]) -> str:
         """The trial's child run, created once (a restarted trial keeps its run)."""
@@ -341,7 +342,7 @@ def log_report(paths: SweepFolder, files: list[Path], artifact_path: str) -> str
     Where the run's artifacts are a local folder (the default store), the files are
     copied there as MLflow's own local artifact repository does, without importing
     MLflow or opening the store (2-3 s of a report's 5); elsewhere, through MLflow."""
-    state = store.read_mlflow_state(paths)
+    state = records.read_mlflow_state(paths)
     if not state.get("parent_run_id") or not state.get("tracking_uri"):
         return None
     database = state["tracking_uri"].removeprefix("sqlite:///")

@@ -1,0 +1,241 @@
+"""The records tuner keeps in a sweep folder (tuner/folder/store.py owns the folder and its
+writes): every epoch of every trial (``history/<trial>.jsonl``, the source of truth),
+the timeline, the trial -> MLflow run map (``mlflow.json``), a user's data as the sweep
+saw them, whole copies of Tune's own state, which checkpoints an ended trial keeps, and
+the one definition of "best" that status, best, export, report and MLflow all use.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import TunerError
+from tuner.folder.store import (
+    SweepFolder,
+    append_line,
+    read_json,
+    read_json_lines,
+    write_atomic,
+)
+
+TRIAL_METRICS = ("train_loss", "val_loss", "val_accuracy", "lr", "compute_s", "images_per_s")
+HISTORY_KEYS = (
+    "trial_id",
+    "training_iteration",
+    "epoch",
+    *TRIAL_METRICS,
+    "resumed_from",
+    "world_size",
+    "train_images",  # the images an epoch trained on, every rank's share
+    "nodes",
+    "time_total_s",
+    "entered_at",  # wall clock: the trial function began ...
+    "first_step_at",  # ... and its first training step began (per start or restart)
+    "checkpoint_dir_name",  # the epoch's checkpoint folder in the trial's Tune folder
+)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars to Python values, for JSON."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
+
+
+def history_file(paths: SweepFolder, trial_id: str) -> Path:
+    return paths.history / f"{trial_id}.jsonl"
+
+
+def append_history(paths: SweepFolder, trial_id: str, result: dict[str, Any]) -> bool:
+    """Append one epoch to ``history/<trial>.jsonl``; False if it replaced re-run epochs.
+
+    Tune's own result.json is staged in Ray's session folder and copied back stale when
+    a trial restarts (PBT, retries, resume), losing epochs; this log is written by the
+    driver as each result arrives.
+    """
+    path = history_file(paths, trial_id)
+    step = int(result["training_iteration"])
+    row = {key: _plain(result[key]) for key in HISTORY_KEYS if key in result}
+    row["reported_at"] = time.time()  # when the driver had it: the report's wall-time axis
+    rows = read_json_lines(path)
+    if any(old["training_iteration"] >= step for old in rows):
+        # A restored trial re-ran epochs whose checkpoints were lost (a crash before
+        # Tune saved its state): the re-run is the lineage that continues, and the one
+        # whose checkpoints exist, so it replaces them.
+        kept = [old for old in rows if old["training_iteration"] < step]
+        write_atomic(path, "".join(json.dumps(old) + "\n" for old in [*kept, row]))
+        return False
+    append_line(path, row)
+    return True
+
+
+def trial_histories(paths: SweepFolder) -> dict[str, list[dict[str, Any]]]:
+    """Every epoch every trial reported, by trial id (sorted), in order."""
+    histories = {}
+    for path in sorted(paths.history.glob("*.jsonl")):
+        rows = read_json_lines(path)
+        for number, row in enumerate(rows, start=1):
+            if not isinstance(row.get("training_iteration"), int):
+                raise TunerError(f"{path}:{number}: a history row without its epoch (training_iteration)")
+        histories[path.stem] = rows
+    return histories
+
+
+def append_timeline(paths: SweepFolder, trial_id: str, event: str, **extra: Any) -> None:
+    append_line(paths.timeline, {"time": time.time(), "trial_id": trial_id, "event": event, **extra})
+
+
+def read_timeline(paths: SweepFolder) -> list[dict[str, Any]]:
+    return read_json_lines(paths.timeline)
+
+
+def write_data_description(paths: SweepFolder, description: dict[str, Any]) -> None:
+    write_atomic(paths.data_description, json.dumps(description, indent=2))
+
+
+def read_data_description(paths: SweepFolder) -> dict[str, Any] | None:
+    """What a sweep on a user's own data recorded of them at its start (None for built-in
+    sets and folders from before it was recorded)."""
+    if not paths.data_description.exists():
+        return None
+    description = read_json(paths.data_description, what="data description")
+    if not isinstance(description.get("data"), dict):
+        raise TunerError(f"{paths.data_description}: not a readable data description (no 'data')")
+    return description
+
+
+def read_mlflow_state(paths: SweepFolder) -> dict[str, Any]:
+    """The trial -> MLflow run map (empty before the first write)."""
+    if not paths.mlflow_state.exists():
+        return {}
+    state = read_json(paths.mlflow_state, what="MLflow run map")
+    for key, kind in (("tracking_uri", str), ("parent_run_id", str), ("trials", dict)):
+        if key in state and not isinstance(state[key], kind):
+            raise TunerError(f"{paths.mlflow_state}: not a readable MLflow run map ({key} is not a {kind.__name__})")
+    return state
+
+
+def write_mlflow_state(paths: SweepFolder, state: dict[str, Any]) -> None:
+    write_atomic(paths.mlflow_state, json.dumps(state, indent=2))
+
+
+# --- the one definition of "best" ---------------------------------------------------------------
+@dataclass(frozen=True)
+class BestEpoch:
+    trial_id: str
+    epoch: int  # Tune's training_iteration
+    value: float
+    row: dict[str, Any]
+
+
+def best_epoch(histories: dict[str, list[dict[str, Any]]], metric: str, mode: str) -> BestEpoch | None:
+    """The sweep's metric, by its mode, over every epoch of every trial.
+
+    Ties go to the first in trial-id order, then epoch order, so every caller (status,
+    best, export, MLflow) names the same trial and epoch.
+    """
+    better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
+    best: BestEpoch | None = None
+    for trial_id in sorted(histories):
+        for row in histories[trial_id]:
+            value = row.get(metric)
+            if not isinstance(value, (int, float)) or value != value:  # absent or NaN
+                continue
+            if best is None or better(value, best.value):
+                best = BestEpoch(trial_id, int(row["training_iteration"]), float(value), row)
+    return best
+
+
+STATE_COPY_SUFFIX = ".tuner-copy"
+
+
+STATE_COPY_EVERY_S = 5.0  # the least time between two copies (more when a copy takes long)
+
+
+def keep_state_copy(paths: SweepFolder, seen: dict[str, float], force: bool = False) -> None:
+    """Keep a whole copy of Tune's experiment state as Tune rewrites it: Tune writes the
+    file in place, so a full disk can leave it cut short, and resume needs it.
+
+    Checking a copy is whole means parsing it, and the state grows with the trials (a
+    third of the driver's time at a few hundred trials when it was copied at every
+    rewrite), so a copy waits ``STATE_COPY_EVERY_S``, or 19 times what the last one took
+    (at most 5% of the driver's time); the sweep's end copies it at once (``force``). A
+    copy a few seconds old resumes the sweep as the state would have a few seconds before."""
+    now = time.monotonic()
+    states = list(paths.tune.glob("experiment_state*.json"))
+    first_copy = any(state.name not in seen for state in states)  # a new state file: copy it at once
+    if not force and not first_copy and now < seen.get("", 0.0):
+        return
+    for state in states:
+        try:
+            stamp = state.stat().st_mtime_ns
+        except OSError:
+            continue  # gone
+        if seen.get(state.name) == stamp:
+            continue
+        text = _whole_json(state)
+        if text is None:
+            continue  # being written, or cut short: keep the last whole copy
+        write_atomic(state.with_name(state.name + STATE_COPY_SUFFIX), text)
+        seen[state.name] = stamp
+    seen[""] = time.monotonic() + max(STATE_COPY_EVERY_S, 19 * (time.monotonic() - now))
+
+
+def recover_state(paths: SweepFolder) -> list[Path]:
+    """Put back the last whole copy of any Tune state file that was cut short; returns them."""
+    recovered = []
+    for state in paths.tune.glob("experiment_state*.json"):
+        if _whole_json(state) is not None:
+            continue
+        copy = _whole_json(state.with_name(state.name + STATE_COPY_SUFFIX))
+        if copy is not None:
+            write_atomic(state, copy)
+            recovered.append(state)
+    return recovered
+
+
+def state_saved_at(paths: SweepFolder) -> float:
+    """When Tune last wrote its experiment state (0 where it cannot be seen here: a sweep
+    at a storage URI prunes at its end)."""
+    times = []
+    for state in paths.tune.glob("experiment_state*.json") if paths.tune.is_dir() else []:
+        try:
+            times.append(state.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times, default=0.0)
+
+
+def _whole_json(path: Path) -> str | None:
+    """The text of ``path`` if it is a whole JSON document, else None."""
+    try:
+        text = path.read_text()
+        json.loads(text)
+    except (ValueError, OSError):
+        return None
+    return text
+
+
+def kept_checkpoints(rows: list[dict[str, Any]], keep: int, metric: str, mode: str) -> set[str]:
+    """The checkpoint folders an ended trial keeps: its ``keep`` best epochs by the metric
+    and its last (as Tune's ``num_to_keep`` would)."""
+    named = [row for row in rows if row.get("checkpoint_dir_name")]
+    scored = [row for row in named if isinstance(row.get(metric), (int, float))]
+    best = sorted(scored, key=lambda row: row[metric], reverse=mode == "max")[:keep]
+    return {row["checkpoint_dir_name"] for row in [*best, *named[-1:]]}
+
+
+def prune_checkpoints(filesystem: Any, trial_path: str, kept: set[str]) -> int:
+    """Delete a trial's checkpoint folders other than ``kept``; returns how many."""
+    import pyarrow.fs
+
+    found = filesystem.get_file_info(pyarrow.fs.FileSelector(trial_path, allow_not_found=True))
+    gone = 0
+    for info in found:
+        if info.type == pyarrow.fs.FileType.Directory and info.base_name.startswith("checkpoint_"):
+            if info.base_name not in kept:
+                filesystem.delete_dir(info.path)
+                gone += 1
+    return gone
