@@ -312,9 +312,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tuner.results import report
+    from tuner.results import report, report_data
     from tuner.tracking import mlflow_runs as tracking
-    sweeps = [report.read(folder) for folder in [args.folder, args.other] if folder]
+    sweeps = [report_data.read(folder) for folder in [args.folder, args.other] if folder]
     out = Path(args.out).expanduser().resolve() if args.out else report.default_out(sweeps)
     files = report.write(sweeps, out)
     print(f"wrote {files[0]} and {len(files) - 1} PNGs; open it in a browser (it needs no network)")

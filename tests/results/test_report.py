@@ -15,7 +15,7 @@ import yaml
 from integration_helpers import small_sweep, tuner_cli
 
 from tuner.folder.store import SweepFolder
-from tuner.results import report
+from tuner.results import report_data, report_plots
 from tuner.results.summaries import TrialSummary
 from tuner.spec.config import SweepConfig
 
@@ -23,7 +23,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 # --- the numbers, on made-up trials ------------------------------------------------------------
-def _made_up(tmp_path: Path, rows: dict[str, list[float]], configs: dict[str, dict], scheduler: dict) -> report.Sweep:
+def _made_up(
+    tmp_path: Path, rows: dict[str, list[float]], configs: dict[str, dict], scheduler: dict
+) -> report_data.Sweep:
     config = SweepConfig.model_validate(
         {
             "name": "made_up",
@@ -53,7 +55,7 @@ def _made_up(tmp_path: Path, rows: dict[str, list[float]], configs: dict[str, di
         )
         for trial, values in rows.items()
     ]
-    return report.Sweep(
+    return report_data.Sweep(
         config=config,
         paths=SweepFolder(tmp_path / "made_up"),
         label="made_up",
@@ -77,8 +79,8 @@ def test_importance_finds_the_hyperparameter_the_metric_depends_on(tmp_path):
         rows[trial] = [value - 0.01, value] if i % 2 else [value - 0.02, value - 0.01, value, value]
         configs[trial] = {"lr": float(lr), "hidden": int(rng.choice([64, 128]))}
     sweep = _made_up(tmp_path, rows, configs, {"name": "asha", "grace_period": 1, "reduction_factor": 2})
-    found = report.importance(sweep)
-    assert report.common_epoch(sweep) == 2 and "at epoch 2" in found.method and "Fanova" in found.method
+    found = report_data.importance(sweep)
+    assert report_data.common_epoch(sweep) == 2 and "at epoch 2" in found.method and "Fanova" in found.method
     assert found.trials == 24
     assert set(found.values) == {"lr", "hidden"} and sum(found.values.values()) == pytest.approx(1.0)
     assert found.values["lr"] > 0.8 > found.values["hidden"]
@@ -86,7 +88,7 @@ def test_importance_finds_the_hyperparameter_the_metric_depends_on(tmp_path):
 
 def test_importance_says_why_it_cannot_be_computed_for_one_trial(tmp_path):
     sweep = _made_up(tmp_path, {"t_00000": [0.5, 0.6]}, {"t_00000": {"lr": 1e-3, "hidden": 64}}, {"name": "fifo"})
-    found = report.importance(sweep)
+    found = report_data.importance(sweep)
     assert not found.values and "at least two trials" in found.note
 
 
@@ -94,7 +96,7 @@ def test_best_so_far_only_improves_and_counts_every_epoch_spent(tmp_path):
     rows = {"a_00000": [0.5, 0.7, 0.6, 0.8], "a_00001": [0.75, 0.65]}
     configs = {t: {"lr": 1e-3, "hidden": 64} for t in rows}
     sweep = _made_up(tmp_path, rows, configs, {"name": "fifo"})
-    points = report.best_so_far(sweep)
+    points = report_data.best_so_far(sweep)
     values = [p[2] for p in points]
     assert values == sorted(values) and values[-1] == 0.8
     assert points[-1][1] == 6  # all six epochs were spent
@@ -104,9 +106,9 @@ def test_best_so_far_only_improves_and_counts_every_epoch_spent(tmp_path):
 def test_asha_and_hyperband_rungs(tmp_path):
     configs = {"a_00000": {"lr": 1e-3, "hidden": 64}}
     asha = _made_up(tmp_path, {"a_00000": [0.5]}, configs, {"name": "asha", "grace_period": 1, "reduction_factor": 2})
-    assert report.rungs(asha) == [1, 2]  # 4 epochs: 1, 2 (4 is the end)
+    assert report_data.rungs(asha) == [1, 2]  # 4 epochs: 1, 2 (4 is the end)
     hyperband = _made_up(tmp_path, {"a_00000": [0.5]}, configs, {"name": "hyperband", "reduction_factor": 2})
-    assert report.rungs(hyperband) == [1, 2]
+    assert report_data.rungs(hyperband) == [1, 2]
 
 
 def test_trials_fill_slots_without_overlap_and_idle_time_shows(tmp_path):
@@ -121,7 +123,7 @@ def test_trials_fill_slots_without_overlap_and_idle_time_shows(tmp_path):
         {"time": 8.0, "trial_id": "x_2", "event": "error"},
     ]  # x_3 has no end: still running at the last record (its epoch at 1,000,030 s)
     sweep.histories = {}
-    bars, slots = report.slot_bars(sweep)
+    bars, slots = report_data.slot_bars(sweep)
     assert slots == 2
     by_trial = {b.trial_id: b for b in bars}
     assert by_trial["x_1"].slot == 0 and by_trial["x_2"].slot == 1 and by_trial["x_3"].slot == 0
@@ -358,9 +360,9 @@ def test_nan_metrics_constant_values_and_pbt_gaps_do_not_break_importance(tmp_pa
         {**sweep.histories["t_00001"][1], "training_iteration": 3},
         {**sweep.histories["t_00001"][1], "training_iteration": 4},
     ]
-    assert report.value_at(sweep, "t_00000", 2) is None
-    assert report.value_at(sweep, "t_00001", 2) == sweep.histories["t_00001"][0]["val_accuracy"]
-    found = report.importance(sweep)
+    assert report_data.value_at(sweep, "t_00000", 2) is None
+    assert report_data.value_at(sweep, "t_00001", 2) == sweep.histories["t_00001"][0]["val_accuracy"]
+    found = report_data.importance(sweep)
     assert found.trials == 11 and set(found.values) == {"lr"} and found.values["lr"] == pytest.approx(1.0)
 
 
@@ -378,7 +380,7 @@ def test_a_paused_trial_leaves_its_slot_free_until_it_starts_again(tmp_path):
         {"time": 9.5, "trial_id": "p_1", "event": "end"},
         {"trial_id": "p_2", "event": "start"},  # no time: left out, not a crash
     ]
-    bars, slots = report.slot_bars(sweep)
+    bars, slots = report_data.slot_bars(sweep)
     assert slots == 1
     assert [(b.trial_id, b.start, b.end, b.open) for b in sorted(bars, key=lambda b: b.start)] == [
         ("p_1", 0.0, 3.0, True),
@@ -388,6 +390,6 @@ def test_a_paused_trial_leaves_its_slot_free_until_it_starts_again(tmp_path):
 
 
 def test_choices_of_numbers_sit_on_their_axis_in_numeric_order():
-    spec = report.ParamSpec("choice", (128, 32, 64))
-    positions, ticks = report._axis_position(spec, [128, 32, 64])
+    spec = report_data.ParamSpec("choice", (128, 32, 64))
+    positions, ticks = report_plots._axis_position(spec, [128, 32, 64])
     assert positions == [1.0, 0.0, 0.5] and [t for _, t in ticks] == ["32", "64", "128"]
