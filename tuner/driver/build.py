@@ -30,6 +30,7 @@ def build_tuner(
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
     from ray import tune
 
+    from tuner.driver import earlier
     from tuner.driver.callbacks import ProgressCallback, SweepRecords
     from tuner.spec import schedulers, searchers, spaces
     from tuner.tracking.callbacks import MlflowTrials, TensorBoardEvents
@@ -56,16 +57,30 @@ def build_tuner(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
         tune.PlacementGroupFactory(trial_bundles(setup, DRIVER_MEMORY), strategy="PACK"),
     )
+    keep = None if sweep.scheduler.name == "pbt" else sweep.checkpoint.keep  # PBT clones old checkpoints
+    callbacks = [
+        SweepRecords(paths, keep, sweep.metric, sweep.mode),
+        TensorBoardEvents(),
+        *([MlflowTrials(sweep, paths)] if sweep.tracking.mlflow.enabled else []),
+        *([ProgressCallback()] if reporter is not None else []),
+    ]
     if restore:
         try:
-            return tune.Tuner.restore(paths.tune_uri, trainable=trainable, resume_unfinished=True, resume_errored=True)
+            try:
+                return tune.Tuner.restore(paths.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
+            except ModuleNotFoundError as error:
+                if not earlier.made_by_tuner_0_1(error):
+                    raise
+                earlier.bring_forward(paths, callbacks)  # a sweep tuner 0.1 started
+                return tune.Tuner.restore(paths.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
+        except TunerError:
+            raise
         except Exception as error:  # a truncated or foreign tuner.pkl
             reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
             where = remote.join(paths.tune_uri, "tuner.pkl")
             raise TunerError(
                 f"{where}: Tune's saved sweep cannot be restored ({type(error).__name__}: {reason})"
             ) from None
-    keep = None if sweep.scheduler.name == "pbt" else sweep.checkpoint.keep  # PBT clones old checkpoints
     return tune.Tuner(
         trainable,
         param_space=spaces.to_param_space(sweep.param_specs()),
@@ -90,12 +105,7 @@ def build_tuner(
                 num_to_keep=None, checkpoint_score_attribute=sweep.metric, checkpoint_score_order=sweep.mode
             ),
             failure_config=tune.FailureConfig(max_failures=sweep.trials.max_failures),
-            callbacks=[
-                SweepRecords(paths, keep, sweep.metric, sweep.mode),
-                TensorBoardEvents(),
-                *([MlflowTrials(sweep, paths)] if sweep.tracking.mlflow.enabled else []),
-                *([ProgressCallback()] if reporter is not None else []),
-            ],
+            callbacks=callbacks,
             verbose=0 if reporter is not None else 1,  # tuner's own view, or Ray's tables (--verbose)
         ),
     )
