@@ -54,6 +54,7 @@ def decode_parallel(folder: str, cache: str) -> dict:
 
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     from tuner.data import sources
+
     sources.quiet_ray_data()
     started = time.perf_counter()
     plan = _plan(folder, cache)

@@ -132,6 +132,7 @@ def child_ray_tune(folder: Path, trials: int, epoch_s: float) -> dict:
     from ray import tune
 
     from tuner.trial import synthetic
+
     def objective(config: dict) -> None:
         entered, skill = time.time(), 0.0
         for epoch in range(1, EPOCHS + 1):
@@ -171,6 +172,7 @@ def child_optuna(folder: Path, trials: int, epoch_s: float) -> dict:
     import optuna
 
     from tuner.trial import synthetic
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     records = []
 

@@ -182,6 +182,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from tuner.cluster import jobs
+
     job = jobs.submit(args.file, args.overrides, smoke=args.smoke, address=args.address, **_cluster_timeout(args))
     address = f" --address {job.address}" if job.address else ""
     print(f"submitted job {job.job_id} to {job.address or 'the cluster'}: {job.entrypoint}")
@@ -196,6 +197,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     from tuner.cluster import jobs
+
     rows = jobs.list_jobs(args.address)
     if not rows:
         print("no tuner jobs on this cluster")
@@ -209,6 +211,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     from tuner.cluster import jobs
+
     status = jobs.stop(args.job_id, args.address, wait=not args.no_wait)
     print(f"job {args.job_id}: {status}")
     if status == "STOPPED":
@@ -314,6 +317,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from tuner.results import report, report_data
     from tuner.tracking import mlflow_runs as tracking
+
     sweeps = [report_data.read(folder) for folder in [args.folder, args.other] if folder]
     out = Path(args.out).expanduser().resolve() if args.out else report.default_out(sweeps)
     files = report.write(sweeps, out)

@@ -161,6 +161,7 @@ def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_pat
     assert any(r["epoch"] == row["epoch"] - 1 for r in donor_rows)
     # The report marks the exploit on the clone's learning curve, naming the donor.
     from tuner.results import report_data
+
     shown = report_data.read(outcome.paths.root)
     assert (int(row["training_iteration"]), row["resumed_from"]) in report_data.exploits(shown, trial_id)
     assert_no_leaks()

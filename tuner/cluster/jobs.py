@@ -98,8 +98,6 @@ def check_cluster_paths(sweep: SweepConfig, file: str) -> None:
         )
 
 
-
-
 def submit(
     target: str,
     overrides: list[str],

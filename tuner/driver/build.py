@@ -15,6 +15,7 @@ from tuner.spec.config import SweepConfig
 if TYPE_CHECKING:
     from tuner.trial.session import TrialHooks
 
+
 def build_tuner(
     sweep: SweepConfig,
     paths: SweepFolder,

@@ -17,6 +17,7 @@ from tuner.spec.config import SweepConfig
 if TYPE_CHECKING:
     pass
 
+
 def load_data(sweep: SweepConfig) -> Any:
     """A built-in set, read; a user's own files, listed and checked (decoded once Ray runs).
     An error about the data section names the sweep file and line, as validation's do."""
@@ -46,6 +47,7 @@ def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: boo
     if not isinstance(planned, OwnData):
         return planned, "in memory"
     from tuner.data import sources
+
     sources.quiet_ray_data(verbose)
     earlier = records.read_data_description(paths) if resume else None
     store_bytes = smallest_object_store()

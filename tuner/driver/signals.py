@@ -17,6 +17,7 @@ from tuner.driver.progress import show
 if TYPE_CHECKING:
     pass
 
+
 class SweepInterrupted(Exception):
     """Ctrl-C: Tune stopped the trials and saved its state; ``tuner resume`` continues."""
 

@@ -34,6 +34,7 @@ from tuner.spec.config import SweepConfig
 if TYPE_CHECKING:
     from tuner.trial.session import TrialHooks
 
+
 def save_resolved_config(sweep: SweepConfig, paths: SweepFolder) -> None:
     write_atomic(paths.config, yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
 
@@ -194,6 +195,7 @@ def _run(
 
     from tuner.results import export
     from tuner.tracking import mlflow_runs as tracking
+
     check_shared_storage(paths, cluster_timeout_s)
     cluster = ray.cluster_resources()
     use_gpu = decide_gpu(sweep, cluster)

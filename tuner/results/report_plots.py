@@ -32,7 +32,6 @@ COLOURS = {
 SWEEP_COLOURS = ("#0072B2", "#CC79A7")  # the first and second sweep of a comparison
 
 
-
 # --- the plots -------------------------------------------------------------------------------------
 def _figure(width: float = 7.5, height: float = 3.6, columns: int = 1) -> Any:
     import matplotlib

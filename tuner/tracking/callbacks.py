@@ -129,10 +129,12 @@ class InPlaceEvents:
             self._events.close()
             self._closed = True
 
+
 class InPlaceFileWriter(FileWriter):
     def __init__(self, logdir: str, filename_suffix: str = ""):  # not super().__init__: it starts the thread
         self.event_writer = InPlaceEvents(str(logdir), filename_suffix)
         self._default_metadata: dict[str, Any] = {}
+
 
 class ThrottledWriter(SummaryWriter):
     flushed_at = 0.0

@@ -120,6 +120,7 @@ def _augmentation(loop: LoopSettings, device: torch.device, epoch: int, rank: in
     if not loop.augment:
         return None
     from tuner.data import augment
+
     generator = augment.generator_for(device, loop.seed, epoch, rank)
     return lambda x: augment.apply(x, loop.augment, padding=loop.crop_padding, generator=generator)
 
@@ -153,6 +154,7 @@ def run_training(loop: LoopSettings, session: Session) -> None:
         start_epoch, resumed_from = int(state["epoch"]), str(state["trial_id"])
     if loop.model_name == "synthetic":  # no training: a known curve (tuner/trial/synthetic.py)
         from tuner.trial import synthetic
+
         return synthetic.run(loop, session, model, state)
     channels_last = device.type == "cuda"  # faster convolutions under AMP on tensor cores
     if channels_last:
