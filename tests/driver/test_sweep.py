@@ -64,7 +64,7 @@ def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ra
     script = (
         "import sys, numpy as np\n"
         "from tuner.results.export import load_best\n"
-        "from tuner.data import load_test_split\n"
+        "from tuner.data.datasets import load_test_split\n"
         f"exported = load_best({str(best_dir)!r})\n"
         f"test = load_test_split('mnist', {str(data_root())!r}, download=False)\n"
         "classes, confidence = exported.predict(test.images[:2000])\n"
