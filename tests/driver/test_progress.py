@@ -98,7 +98,7 @@ def test_a_resumed_sweep_starts_from_its_recorded_best_and_names_its_hyperparame
 
 def test_the_callback_tune_pickles_with_the_sweep_feeds_the_reporter_of_the_resumed_run():
     """Tune restores its callbacks from tuner.pkl on resume: the restored one must still
-    reach the reporter the resuming process shows (not a copy of an empty list)."""
+    reach the reporter the resuming process shows (not one it held when pickled)."""
     from ray import cloudpickle
 
     restored = cloudpickle.loads(cloudpickle.dumps(ProgressCallback()))
@@ -165,7 +165,7 @@ def test_a_reader_that_goes_away_quiets_the_progress_but_never_stops_the_sweep()
 
 
 def test_a_sweep_line_on_a_closed_stdout_goes_to_devnull_and_nothing_fails_at_exit():
-    """What sweep.py prints (the plan, notes) through show(): after the reader has gone,
+    """What the driver prints (the plan, notes) through show(): after the reader has gone,
     later prints and Python's flush at exit go to os.devnull, not to a traceback."""
     import os
     import subprocess

@@ -1,5 +1,6 @@
-"""The sweep folder's owner (tuner/folder/store.py): claiming, locking, writes that are whole or
-absent (on a real, full filesystem), corrupt records named in one line, and "best".
+"""The sweep folder's owners (tuner/folder/store.py and records.py): claiming, locking,
+writes that are whole or absent (on a real, full filesystem), corrupt records named in
+one line, and "best".
 
 No Ray: these are the rules every command relies on.
 """

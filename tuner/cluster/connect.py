@@ -102,10 +102,17 @@ def check_shared_storage(paths: SweepFolder, timeout_s: float = CLUSTER_TIMEOUT_
         marker = str(paths.root / marker_name)
         write_atomic(Path(marker), note)
 
+    at_uri = remote.is_remote(marker)
+
     @ray.remote(num_cpus=0)
-    def sees(path: str) -> bool:
+    def sees(path: str) -> bool:  # runs on each node: os and pyarrow only, not tuner
+        if not at_uri:
+            return os.path.exists(path)
         try:
-            return remote.exists(path)
+            import pyarrow.fs
+
+            fs, inner = pyarrow.fs.FileSystem.from_uri(path)
+            return fs.get_file_info(inner).type != pyarrow.fs.FileType.NotFound
         except Exception:  # no package, no credentials, no route: this node cannot see it
             return False
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from tuner.errors import TunerError
 from tuner.folder import remote
-from tuner.folder.store import SweepFolder, write_atomic
+from tuner.folder.store import SweepFolder
 
 KEPT_SUFFIX = ".tuner-0.1"
 # Modules that moved whole: the same classes under a new name (the sweep file's models,
@@ -47,22 +47,15 @@ def bring_forward(paths: SweepFolder, callbacks: list[Any]) -> None:
     import ray.cloudpickle
 
     where = remote.join(paths.tune_uri, "tuner.pkl")
-    original = remote.read_bytes(where) if paths.remote else (paths.tune / "tuner.pkl").read_bytes()
+    original = paths.read_tune_file("tuner.pkl")
     try:
         state = _EarlierNames(io.BytesIO(original)).load()
         state["_run_config"].callbacks = callbacks
     except Exception as error:  # not a tuner 0.1 pickle after all
         raise TunerError(f"{where}: Tune's saved sweep cannot be read ({type(error).__name__}: {error})") from None
-    updated = ray.cloudpickle.dumps(state)
-    if paths.remote:
-        if not remote.exists(where + KEPT_SUFFIX):
-            remote.write_bytes(where + KEPT_SUFFIX, original)
-        remote.write_bytes(where, updated)
-        return
-    kept = paths.tune / f"tuner.pkl{KEPT_SUFFIX}"
-    if not kept.exists():
-        write_atomic(kept, original)
-    write_atomic(paths.tune / "tuner.pkl", updated)
+    if not paths.has_tune_file(f"tuner.pkl{KEPT_SUFFIX}"):
+        paths.write_tune_file(f"tuner.pkl{KEPT_SUFFIX}", original)
+    paths.write_tune_file("tuner.pkl", ray.cloudpickle.dumps(state))
 
 
 def _replaced(*args: Any, **kwargs: Any) -> None:

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuner.data.datasets import TrainingData
 from tuner.errors import ConfigError
 from tuner.folder import records
 from tuner.folder.store import SweepFolder
 from tuner.spec.config import SweepConfig
-
-if TYPE_CHECKING:
-    pass
 
 
 def load_data(sweep: SweepConfig) -> Any:
@@ -58,7 +55,7 @@ def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: boo
     data, decoder = planned.ready(object_store_bytes=store_bytes, stream=held)
     if isinstance(data, TrainingData):
         data = dataclasses.replace(data, test=None)  # trials never read it; the export reads it itself
-    if not resume or earlier is None:  # written by _run once the sweep is built
+    if not resume or earlier is None:  # written by driver.sweep once the sweep is built
         planned.record = {
             "data": planned.describe((data.mean, data.std)),
             "held": "memory" if isinstance(data, TrainingData) else "stream",

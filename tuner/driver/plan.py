@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuner.errors import TunerError
 from tuner.folder import remote
 from tuner.folder.store import SweepFolder
 from tuner.spec.config import SweepConfig
-
-if TYPE_CHECKING:
-    pass
 
 DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation for the trial driver process
 

@@ -209,7 +209,7 @@ class Reporter:
             stamp = _duration(time.monotonic() - self.progress.started)
             self.reader_gone = not show(f"[{stamp:>7}] {line}", self.stream)
 
-    # --- Tune callback hooks (through make_callback) --------------------------------------------
+    # --- Tune callback hooks (through driver.callbacks.ProgressCallback) --------------------------------------------
     def started(self, trials: list[Any], trial: Any) -> None:
         self.progress.observe(trials)
         if not self.live_mode:

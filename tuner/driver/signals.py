@@ -10,12 +10,9 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuner.driver.progress import show
-
-if TYPE_CHECKING:
-    pass
 
 
 class SweepInterrupted(Exception):

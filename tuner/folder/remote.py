@@ -54,6 +54,19 @@ def usable_uri(value: str) -> bool:
     return bool(parts.netloc) or (parts.scheme == "file" and parts.path.strip("/") != "")
 
 
+def on_local_disk(filesystem: Any) -> bool:
+    """Whether a ``pyarrow.fs`` filesystem (a Tune or Train checkpoint's) is this machine's disk."""
+    import pyarrow.fs
+
+    return isinstance(filesystem, pyarrow.fs.LocalFileSystem)
+
+
+def located(filesystem: Any, path: str) -> str:
+    """A path on a ``pyarrow.fs`` filesystem as users name it: the path on a local disk,
+    else a URI."""
+    return str(path) if on_local_disk(filesystem) else f"{filesystem.type_name}://{path}"
+
+
 def same_on_every_node(where: str) -> bool:
     """A storage URI or an absolute path: it names the same place from every node."""
     return is_remote(where) or Path(where).is_absolute()

@@ -94,6 +94,22 @@ class SweepFolder:
         """The folder (or URI) this sweep folder is in: the sweep's ``output_dir`` now."""
         return remote.parent(self.remote) if self.remote else str(self.root.parent)
 
+    def read_tune_file(self, name: str) -> bytes:
+        """A file in Tune's own folder (``tune/<name>``), wherever the sweep is."""
+        if self.remote:
+            return remote.read_bytes(join(self.tune_uri, name))
+        return (self.tune / name).read_bytes()
+
+    def write_tune_file(self, name: str, data: bytes) -> None:
+        """Replace a file in Tune's own folder whole (atomically on a local disk)."""
+        if self.remote:
+            remote.write_bytes(join(self.tune_uri, name), data)
+        else:
+            write_atomic(self.tune / name, data)
+
+    def has_tune_file(self, name: str) -> bool:
+        return remote.exists(join(self.tune_uri, name)) if self.remote else (self.tune / name).exists()
+
     @property
     def where(self) -> str:
         """The sweep folder as users name it: its URI, else its path."""

@@ -1,2 +1,2 @@
-"""Reading a finished (or running) sweep: status, best, export, predict, report, the UIs,
-and the model file MLflow serves."""
+"""Reading a finished (or running) sweep: status and best (summaries), export, predict,
+the report and the UIs."""

@@ -250,11 +250,9 @@ def evaluate_chunks(
 
 def _where(checkpoint: Any) -> str:
     """The checkpoint's path, as a URI where it is not on a local disk."""
-    import pyarrow.fs
+    from tuner.folder.remote import located
 
-    if isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem):
-        return str(checkpoint.path)
-    return f"{checkpoint.filesystem.type_name}://{checkpoint.path}"
+    return located(checkpoint.filesystem, checkpoint.path)
 
 
 def _load_checkpoint(folder: str) -> dict[str, Any]:

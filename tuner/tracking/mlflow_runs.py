@@ -4,7 +4,7 @@ Only a sweep's driver process writes to MLflow (a Tune callback), so its concurr
 trials never contend for the sqlite store. Several sweeps may share one store (the
 default ``<output_dir>/mlflow.db``): its creation is serialised with a file lock and
 every call that meets "database is locked" is retried with back-off, so no record is
-lost. ``<sweep>/mlflow.json`` (kept by tuner/folder/store.py) maps trials to their runs, so a
+lost. ``<sweep>/mlflow.json`` (kept by tuner/folder/records.py) maps trials to their runs, so a
 resumed sweep, a PBT clone or a retried trial keeps writing to the run it already has
 (no duplicates) and each metric history stays monotone in step.
 """

@@ -7,6 +7,8 @@ from typing import Any
 
 from ray.train.v2.api.callback import UserCallback
 
+from tuner.folder.remote import on_local_disk
+
 
 class RelayToTune(UserCallback):
     """Train callback (runs in Train's controller): pass rank 0's report to the driver."""
@@ -18,10 +20,8 @@ class RelayToTune(UserCallback):
         # At a storage URI a checkpoint's path has no scheme: the filesystem goes along.
         # (Locally the path alone: handing Tune Train's own Checkpoint object kept Train
         # from pruning a TorchTrainer run's old checkpoints in the HyperBand test.)
-        import pyarrow.fs
-
         if checkpoint is None:
             self.queue.put((dict(metrics[0]), None, None))
             return
-        local = isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem)
+        local = on_local_disk(checkpoint.filesystem)
         self.queue.put((dict(metrics[0]), checkpoint.path, None if local else checkpoint.filesystem))
