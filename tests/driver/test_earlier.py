@@ -52,3 +52,21 @@ def test_resume_finishes_it_with_every_epoch_recorded(old_folder, ray_tmp):
     assert (old_folder / "tune" / "tuner.pkl.tuner-0.1").is_file()
     events = [e["event"] for e in map(json.loads, (old_folder / "timeline.jsonl").read_text().splitlines())]
     assert events.count("end") == 1  # today's records callback wrote the trial's end
+
+
+@pytest.mark.parametrize(
+    ("old", "now"),
+    [
+        ("tuner.hyperband HyperBand", "tuner.spec.hyperband HyperBand"),
+        ("tuner.hyperband BohbHyperBand", "tuner.spec.hyperband BohbHyperBand"),
+        ("tuner.config SweepConfig", "tuner.spec.config SweepConfig"),
+        ("tuner.store SweepPaths", "tuner.folder.store SweepFolder"),
+    ],
+)
+def test_each_name_tuner_0_1_pickled_reads_as_todays(old, now):
+    """What a 0.1 pickle may name besides the fixture's: its schedulers, config, folder."""
+    import importlib
+
+    module, name = now.split()
+    pickled = f"c{old.replace(' ', chr(10))}\n.".encode()  # protocol 0: GLOBAL module name
+    assert earlier._EarlierNames(io.BytesIO(pickled)).load() is getattr(importlib.import_module(module), name)
