@@ -48,7 +48,18 @@ def test_tuner_reads_no_test_switch_from_the_environment():
 
 def test_every_package_says_what_it_holds():
     packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
-    assert packages == ["cluster", "data", "driver", "folder", "models", "results", "spec", "tracking", "trial"]
+    assert packages == [
+        "cluster",
+        "data",
+        "driver",
+        "folder",
+        "models",
+        "results",
+        "spec",
+        "tracking",
+        "trial",
+        "usercode",
+    ]
     for name in packages:
         doc = (PACKAGE / name / "__init__.py").read_text()
         assert doc.startswith('"""') and len(doc) > 60, name

@@ -289,6 +289,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     from tuner.folder.store import SweepLock
     from tuner.results import export
+    from tuner.results.export_own import exporter
     from tuner.results.summaries import open_sweep, result_grid
 
     sweep, paths = open_sweep(args.folder)
@@ -301,7 +302,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     export.check_destination(to, overwrite=args.overwrite)  # before anything is read or computed
     inside = to == paths.root or paths.root in to.parents
     with SweepLock(paths) if inside else contextlib.nullcontext():  # a running sweep owns its folder
-        exported = export.export_best(
+        exported = exporter(sweep)(
             sweep, paths, result_grid(sweep, paths), to=to, format=args.format, overwrite=args.overwrite
         )
     metrics = exported.metrics
@@ -401,6 +402,8 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bo
 
 
 def _test_score(metrics: dict[str, Any]) -> str:
+    if "test_images" not in metrics:
+        return "no test score (no model to score: predict needs a model.factory)"
     if metrics.get("test_accuracy") is None:
         return "no test score (the data have no test split: add test/ beside train/)"
     return f"test_accuracy={metrics['test_accuracy']:.4f} on {metrics['test_images']} test images"

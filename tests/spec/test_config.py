@@ -261,8 +261,8 @@ BAD = [
         "unknown_top_level_key",
         "name: x\nschedular:\n  name: asha\n",
         2,
-        r"schedular: unknown key 'schedular'; did you mean 'scheduler'\? \(valid keys: checkpoint, data, .*scheduler, "
-        r"searcher, seed, space, tracking, train, trials\)$",
+        r"schedular: unknown key 'schedular'; did you mean 'scheduler'\? \(valid keys: checkpoint, code_dir, command, "
+        r"data, .*scheduler, searcher, seed, space, tracking, train, trainable, trials\)$",
         "unknown key 'schedular'",
     ),
     Bad(
@@ -383,7 +383,8 @@ BAD = [
         "unknown_metric",
         "metric: accuracy\n",
         1,
-        r"metric: input should be 'val_accuracy', 'val_loss' or 'train_loss', but got 'accuracy'$",
+        r"metric: tuner's loop reports val_accuracy, val_loss, train_loss, but got 'accuracy' \(a training function "
+        r"or command of your own may report any metric\)$",
         "'accuracy'",
     ),
     Bad(
@@ -419,7 +420,8 @@ BAD = [
         "unknown_model",
         "model:\n  name: vgg\n",
         2,
-        r"model\.name: unknown model 'vgg'; choose one of: cnn, resnet18, resnet34, synthetic$",
+        r"model\.name: unknown model 'vgg'; choose one of: cnn, resnet18, resnet34, synthetic, "
+        r"torchvision:<builder> \(e\.g\. torchvision:resnet50\)$",
         "'vgg'",
     ),
     # inline params: the parameter's own path and line

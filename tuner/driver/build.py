@@ -16,6 +16,21 @@ if TYPE_CHECKING:
     from tuner.trial.session import TrialHooks
 
 
+def own_loop(sweep: SweepConfig) -> Any:
+    """What runs each trial instead of tuner's loop, or None."""
+    if not sweep.own_loop:
+        return None
+    from tuner.trial.own import OwnLoop
+
+    return OwnLoop(
+        trainable=sweep.trainable,
+        command=tuple(sweep.command) if sweep.command else None,
+        metric=sweep.metric,
+        max_epochs=sweep.train.epochs,
+        uses_data=sweep.uses_data,
+    )
+
+
 def build_tuner(
     sweep: SweepConfig,
     paths: SweepFolder,
@@ -27,6 +42,7 @@ def build_tuner(
     reporter: Any = None,
     streamed: bool = False,
     hooks: TrialHooks | None = None,
+    code: Any = None,
 ) -> Any:
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
     from ray import tune
@@ -53,6 +69,8 @@ def build_tuner(
         augment=tuple(sweep.data.augment),
         crop_padding=sweep.data.crop_padding,
         streamed=streamed,
+        own=own_loop(sweep),
+        code=code,
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
@@ -106,6 +124,8 @@ def build_tuner(
                 num_to_keep=None, checkpoint_score_attribute=sweep.metric, checkpoint_score_order=sweep.mode
             ),
             failure_config=tune.FailureConfig(max_failures=sweep.trials.max_failures),
+            # tuner's loop ends at train.epochs by itself; a user's function or command is ended there
+            stop={"training_iteration": sweep.train.epochs} if sweep.own_loop else None,
             callbacks=callbacks,
             verbose=0 if reporter is not None else 1,  # tuner's own view, or Ray's tables (--verbose)
         ),

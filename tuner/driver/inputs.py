@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from tuner.data.datasets import TrainingData
-from tuner.errors import ConfigError
+from tuner.errors import ConfigError, TunerError
 from tuner.folder import records
 from tuner.folder.store import SweepFolder
 from tuner.spec.config import SweepConfig
@@ -20,6 +20,8 @@ def load_data(sweep: SweepConfig) -> Any:
     An error about the data section names the sweep file and line, as validation's do."""
     from tuner.data.datasets import plan_data
 
+    if not sweep.uses_data:  # a user's function or command without a data section
+        return None
     try:
         return plan_data(sweep.data, seed=sweep.seed)
     except ConfigError as error:
@@ -72,3 +74,34 @@ def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: boo
         decoder, f"decoded in this process in {took:.1f} s"
     )
     return data, f"in memory ({size}, {how})"
+
+
+def check_model(sweep: SweepConfig, data: Any) -> None:
+    """Build the sweep's model once, on the CPU, with the data's shape (before Ray starts):
+    a torchvision option its builder does not take, a weights file that does not fit, or a
+    factory that returns something else than a module is one line now, not in every trial."""
+    if not sweep.has_model or data is None or sweep.model.name in ("cnn", "resnet18", "resnet34", "synthetic"):
+        return
+    from tuner.models import zoo
+    from tuner.models.build import build_model
+
+    options = sweep.model.model_dump(exclude={"name"})
+    try:
+        model = build_model(
+            sweep.model.name,
+            in_channels=data.channels,
+            num_classes=data.num_classes,
+            image_size=data.size,
+            options=options,
+            code_folder=sweep.code_dir,
+        )
+        if options.get("weights"):
+            zoo.load_weights(model, options["weights"], data.channels)
+    except TunerError as error:
+        raise sweep.locate(ConfigError(str(error))) from None
+    except Exception as error:  # noqa: BLE001 - the builder's own error, as one line
+        reason = str(error).strip().splitlines()[-1] if str(error).strip() else ""
+        field = "model.factory" if sweep.model.name == "factory" else "model.name"
+        raise sweep.locate(
+            ConfigError(f"{field}: building the model failed: {type(error).__name__}: {reason}")
+        ) from None

@@ -65,8 +65,8 @@ def describe(
     return "\n".join(
         [
             f"sweep {sweep.name}: {sweep.total_trials} trial(s) x up to {sweep.max_epochs} epoch(s) of "
-            f"{sweep.model.name} on {sweep.data.dataset} ({len(data.train)} train / {len(data.val)} val images)",
-            f"  data {held}",
+            f"{what_runs(sweep)}{on_data(sweep, data)}",
+            *([f"  data {held}"] if data is not None else []),
             f"  search {searched}; searcher {sweep.searcher.name}, scheduler {sweep.scheduler.name}, "
             f"{sweep.mode}imise {sweep.metric}",
             f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x "
@@ -75,6 +75,22 @@ def describe(
             f"  output: {paths.where}",
         ]
     )
+
+
+def what_runs(sweep: SweepConfig) -> str:
+    if sweep.trainable is not None:
+        return f"trainable {sweep.trainable}"
+    if sweep.command is not None:
+        return "command " + " ".join(sweep.command)
+    if sweep.model.name == "factory":
+        return f"model {sweep.model.factory}"
+    return sweep.model.name
+
+
+def on_data(sweep: SweepConfig, data: Any) -> str:
+    if data is None:
+        return ""
+    return f" on {sweep.data.dataset} ({len(data.train)} train / {len(data.val)} val images)"
 
 
 def earlier_run_note(sweep: SweepConfig, paths: SweepFolder) -> list[str]:

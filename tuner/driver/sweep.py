@@ -21,8 +21,9 @@ import yaml
 
 from tuner.cluster.connect import CLUSTER_TIMEOUT_S, check_shared_storage, joined, start_ray
 from tuner.data.datasets import TrainingData
+from tuner.driver import own_code
 from tuner.driver.build import build_tuner
-from tuner.driver.inputs import load_data, ready_data
+from tuner.driver.inputs import check_model, load_data, ready_data
 from tuner.driver.plan import concurrent_trials, decide_gpu, describe, earlier_run_note, stream_cpus
 from tuner.driver.progress import show
 from tuner.driver.signals import SweepInterrupted, ray_output, stop_cleanly_on_ctrl_c
@@ -36,7 +37,12 @@ if TYPE_CHECKING:
 
 
 def save_resolved_config(sweep: SweepConfig, paths: SweepFolder) -> None:
-    write_atomic(paths.config, yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
+    """``sweep.yaml``: every value the sweep ran with; for a user's function or command,
+    without the sections it did not give (no data section means no data for it)."""
+    unset = set()
+    if sweep.own_loop:
+        unset = {name for name in ("data", "model") if name not in sweep.model_fields_set}
+    write_atomic(paths.config, yaml.safe_dump(sweep.model_dump(mode="json", exclude=unset), sort_keys=False))
 
 
 def can_resume(paths: SweepFolder) -> bool:
@@ -76,6 +82,8 @@ def run_sweep(
 
             tracking_uri(sweep)  # an output_dir URI needs an MLflow store of its own: refused here
         data = load_data(sweep)  # a missing data set is refused before a folder is made
+        check_model(sweep, data)
+        code = own_code.take(sweep)
         paths = _claim(sweep)
     mirror = None
     try:
@@ -83,8 +91,10 @@ def run_sweep(
             if resume:
                 _check_resumable(sweep, paths)  # before any work: a folder in use or corrupt is refused
                 data = load_data(sweep)
+                code = own_code.kept(sweep, paths)  # the code the sweep began with
             else:
                 save_resolved_config(sweep, paths)
+                own_code.keep(code, paths)
             return _fit_and_export(
                 sweep,
                 paths,
@@ -94,6 +104,7 @@ def run_sweep(
                 resume=resume,
                 cluster_timeout_s=cluster_timeout_s,
                 hooks=hooks,
+                code=code,
             )
     except BaseException:
         if not resume:
@@ -136,6 +147,7 @@ def _fit_and_export(
     resume: bool,
     cluster_timeout_s: float,
     hooks: TrialHooks | None,
+    code: Any = None,
 ) -> SweepOutcome:
     """Start or join Ray, fit, export; a write the machine refused ends it in one line."""
     import ray
@@ -154,6 +166,7 @@ def _fit_and_export(
                         cluster_timeout_s=cluster_timeout_s,
                         address=address,
                         hooks=hooks,
+                        code=code,
                     )
             except Exception as error:
                 failure = store.failed_write(error, paths.root)
@@ -190,18 +203,19 @@ def _run(
     cluster_timeout_s: float = CLUSTER_TIMEOUT_S,
     address: str | None = None,
     hooks: TrialHooks | None = None,
+    code: Any = None,
 ) -> SweepOutcome:
     import ray
 
-    from tuner.results import export
+    from tuner.results.export_own import exporter
     from tuner.tracking import mlflow_runs as tracking
 
     check_shared_storage(paths, cluster_timeout_s)
     cluster = ray.cluster_resources()
     use_gpu = decide_gpu(sweep, cluster)
     planned = data
-    data, held = ready_data(sweep, planned, paths, resume, verbose)
-    streamed = not isinstance(data, TrainingData)
+    data, held = ready_data(sweep, planned, paths, resume, verbose) if planned is not None else (None, "")
+    streamed = data is not None and not isinstance(data, TrainingData)
     data_cpus = stream_cpus(cluster) if streamed else 0
     if streamed and sweep.scheduler.name in ("hyperband", "bohb"):
         raise TunerError(
@@ -216,7 +230,7 @@ def _run(
     show(describe(sweep, slots, use_gpu, data, paths, held))
     for line in [] if resume else earlier_run_note(sweep, paths):
         show(line)
-    data_ref = ray.put(data)
+    data_ref = ray.put(data) if data is not None else None
     reporter = _reporter(sweep, paths)
     tuner = build_tuner(
         sweep,
@@ -228,6 +242,7 @@ def _run(
         reporter=None if verbose else reporter,
         streamed=streamed,
         hooks=hooks,
+        code=code,
     )
     # The report's slot count; only once the sweep (or its restore) is built: a refused
     # resume writes nothing.
@@ -248,7 +263,7 @@ def _run(
         if sweep.tracking.mlflow.enabled:
             tracking.SweepRecord(sweep, paths).fail()
         raise SweepInterrupted(paths.where)
-    exported = export.export_best(sweep, paths, results, to=paths.best, overwrite=True)
+    exported = exporter(sweep)(sweep, paths, results, to=paths.best, overwrite=True)
     if sweep.tracking.mlflow.enabled:
         record = tracking.SweepRecord(sweep, paths)
         version = record.finish(exported.metrics, paths.best, exported)

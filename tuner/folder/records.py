@@ -39,6 +39,44 @@ HISTORY_KEYS = (
 )
 
 
+# Keys of a Tune result that are not a trial's metrics: Tune's own, and tuner's bookkeeping.
+NOT_METRICS = {
+    *HISTORY_KEYS[len(TRIAL_METRICS) + 3 :],
+    "trial_id",
+    "training_iteration",
+    "epoch",
+    "time_this_iter_s",
+    "time_total_s",
+    "time_since_restore",
+    "iterations_since_restore",
+    "timesteps_total",
+    "episodes_total",
+    "timesteps_since_restore",
+    "timestamp",
+    "pid",
+    "done",
+    "should_checkpoint",
+    "experiment_tag",
+    "date",
+    "hostname",
+    "node_ip",
+}
+
+
+def trial_metrics(result: dict[str, Any]) -> list[str]:
+    """The metrics a result carries: tuner's loop's, or whatever numbers a user's code reported."""
+    own = [
+        key
+        for key, value in result.items()
+        if key not in NOT_METRICS
+        and key not in TRIAL_METRICS
+        and not key.startswith("config/")
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+    ]
+    return [*(key for key in TRIAL_METRICS if key in result), *sorted(own)]
+
+
 def _plain(value: Any) -> Any:
     """numpy scalars to Python values, for JSON."""
     return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
@@ -57,7 +95,7 @@ def append_history(paths: SweepFolder, trial_id: str, result: dict[str, Any]) ->
     """
     path = history_file(paths, trial_id)
     step = int(result["training_iteration"])
-    row = {key: _plain(result[key]) for key in HISTORY_KEYS if key in result}
+    row = {key: _plain(result[key]) for key in (*HISTORY_KEYS, *trial_metrics(result)) if key in result}
     row["reported_at"] = time.time()  # when the driver had it: the report's wall-time axis
     rows = read_json_lines(path)
     if any(old["training_iteration"] >= step for old in rows):

@@ -163,6 +163,11 @@ class SweepFolder:
         return self.root / MLFLOW_FILE
 
     @property
+    def code(self) -> Path:
+        """The user's code the sweep runs (a snapshot: tuner/usercode/snapshot.py)."""
+        return self.root / "code"
+
+    @property
     def data_description(self) -> Path:
         return self.root / DATA_FILE
 

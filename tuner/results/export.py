@@ -27,9 +27,11 @@ import yaml
 from tuner.data.datasets import held_out, normalise
 from tuner.errors import ConfigError, TunerError
 from tuner.folder import records
-from tuner.models.builtin import build_model
+from tuner.models.build import build_model
 
 MODEL_FILE, SCRIPT_FILE, CONFIG_FILE, METRICS_FILE = "model.pt", "model.ts", "config.yaml", "metrics.json"
+CODE_FOLDER = "code"  # the user's code a factory's model is rebuilt from
+CHECKPOINT_FOLDER = "checkpoint"  # a user's training function's best checkpoint, as it saved it
 FORMATS = ("state_dict", "torchscript")
 
 
@@ -69,6 +71,11 @@ class ExportedModel:
 def load_best(path: str | Path) -> ExportedModel:
     """Rebuild an exported model (no Ray needed); weights load with ``weights_only=True``."""
     folder = Path(path)
+    if (folder / CHECKPOINT_FOLDER).is_dir() and not (folder / MODEL_FILE).is_file():
+        raise TunerError(
+            f"{folder}: holds the best checkpoint of a training function of your own, not a model tuner can rebuild; "
+            "predict needs a model.factory in the sweep file (see docs/own-code.md)"
+        )
     weights = folder / SCRIPT_FILE if (folder / SCRIPT_FILE).is_file() else folder / MODEL_FILE
     missing = [p.name for p in (weights, folder / CONFIG_FILE, folder / METRICS_FILE) if not p.is_file()]
     if missing:
@@ -88,6 +95,7 @@ def load_best(path: str | Path) -> ExportedModel:
                 num_classes=data["num_classes"],
                 image_size=data["size"],
                 options=config["model"]["options"],
+                code_folder=folder / CODE_FOLDER if (folder / CODE_FOLDER).is_dir() else None,
             )
             model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
     except (
@@ -186,12 +194,14 @@ def export_best(
     }
     with checkpoint.as_directory() as folder:  # a checkpoint at a storage URI is fetched first
         state = _load_checkpoint(folder)
+    code = code_folder(sweep, paths)
     model = build_model(
         sweep.model.name,
         in_channels=described["channels"],
         num_classes=described["num_classes"],
         image_size=described["size"],
         options=model_options,
+        code_folder=code,
     )
     model.load_state_dict(state["model"])
     exported = ExportedModel(model, config, {})
@@ -210,10 +220,17 @@ def export_best(
         "checkpoint": _where(checkpoint),
     }
     config["format"] = format
-    write_package(to, model, config, metrics, format=format, example=example, overwrite=overwrite)
+    write_package(to, model, config, metrics, format=format, example=example, overwrite=overwrite, code=code)
     exported.metrics = metrics
     exported.example = example
     return exported
+
+
+def code_folder(sweep: Any, paths: Any) -> Path | None:
+    """The user's code a model.factory is imported from: the sweep's kept copy (code/)."""
+    if sweep.model.name != "factory":
+        return None
+    return paths.code if paths.code.is_dir() else Path(sweep.code_dir)
 
 
 def evaluate(exported: ExportedModel, images: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
@@ -278,7 +295,9 @@ def is_export(folder: Path) -> bool:
         json.loads((folder / METRICS_FILE).read_text())
     except (OSError, ValueError, yaml.YAMLError):
         return False
-    return isinstance(config, dict) and {"sweep", "trial_id", "model", "data"} <= set(config)
+    if not isinstance(config, dict) or not {"sweep", "trial_id"} <= set(config):
+        return False
+    return {"model", "data"} <= set(config) or "trainable" in config  # a user's function's export: no model
 
 
 def check_destination(folder: Path, *, overwrite: bool) -> None:
@@ -314,8 +333,12 @@ def write_package(
     format: str = "state_dict",
     example: np.ndarray | None = None,
     overwrite: bool = False,
+    code: Path | None = None,
+    checkpoint: Path | None = None,
 ) -> None:
     """Write the package into a staging folder beside ``folder``, then move it in.
+    ``code``: the user's code folder, carried as ``code/``; ``checkpoint``: a user's
+    checkpoint folder, carried as ``checkpoint/`` (with ``model`` None: no weights file).
 
     Only tuner's own file names are ever replaced or removed; a previous export is
     replaced only with ``overwrite``; anything else in ``folder`` stays.
@@ -334,6 +357,9 @@ def write_package(
         raise storage_error(folder, error) from None
     try:
         _write_files(staging, model, config, metrics, format=format, example=example)
+        for source, name in ((code, CODE_FOLDER), (checkpoint, CHECKPOINT_FOLDER)):
+            if source is not None:
+                shutil.copytree(source, staging / name, ignore=shutil.ignore_patterns("__pycache__"))
         _move_in(staging, folder)
     except OSError as error:
         raise storage_error(folder, error) from None
@@ -345,8 +371,10 @@ def _write_files(staging: Path, model, config, metrics, *, format: str, example)
     # Serialised in memory first: torch reports a failed file write as a RuntimeError,
     # a plain write reports a full disk as the OSError it is.
     weights = io.BytesIO()
-    model.eval()
-    if format == "torchscript":
+    if model is None:  # a user's checkpoint only
+        pass
+    elif format == "torchscript":
+        model.eval()
         data = config["data"]
         x = normalise(torch.from_numpy(np.array(example)), tuple(data["mean"]), tuple(data["std"]))
         with warnings.catch_warnings():
@@ -354,7 +382,8 @@ def _write_files(staging: Path, model, config, metrics, *, format: str, example)
             torch.jit.save(torch.jit.trace(model, x), weights)
     else:
         torch.save(model.state_dict(), weights)
-    (staging / (SCRIPT_FILE if format == "torchscript" else MODEL_FILE)).write_bytes(weights.getvalue())
+    if model is not None:
+        (staging / (SCRIPT_FILE if format == "torchscript" else MODEL_FILE)).write_bytes(weights.getvalue())
     (staging / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
     (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
 
@@ -366,12 +395,23 @@ def _move_in(staging: Path, folder: Path) -> None:
     if not folder.exists():
         staging.rename(folder)
         return
-    written = [name for name in (MODEL_FILE, SCRIPT_FILE, CONFIG_FILE, METRICS_FILE) if (staging / name).exists()]
+    ours = (MODEL_FILE, SCRIPT_FILE, CODE_FOLDER, CHECKPOINT_FOLDER, CONFIG_FILE, METRICS_FILE)
+    written = [name for name in ours if (staging / name).exists()]
     for name in written:
+        if (staging / name).is_dir():  # a folder of ours: the old one out of the way first
+            _remove(folder / name)
         os.replace(staging / name, folder / name)
-    for name in {MODEL_FILE, SCRIPT_FILE} - set(written):
+    for name in {MODEL_FILE, SCRIPT_FILE, CODE_FOLDER, CHECKPOINT_FOLDER} - set(written):
+        _remove(folder / name)
+
+
+def _remove(path: Path) -> None:
+    """One of tuner's own files or folders in an export (only called with those names)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
         with contextlib.suppress(FileNotFoundError):
-            (folder / name).unlink()
+            path.unlink()
 
 
 def _plain(value: Any) -> Any:

@@ -38,7 +38,9 @@ def open_sweep(folder: str | Path) -> tuple[SweepConfig, SweepFolder]:
     (tuner/folder/remote.py), removed when the command ends."""
     paths = SweepFolder.open(folder)
     # The folder's own name may be <name>-2 (a second run); the sweep's name stays.
-    sweep = load_sweep(str(paths.config), [f"output_dir={paths.output_dir}"])
+    # The user's code it ran is its code/ (kept when it began), imported by the trials of a resume.
+    kept_code = [f"code_dir={paths.code}"] if not paths.remote and paths.code.is_dir() else []
+    sweep = load_sweep(str(paths.config), [f"output_dir={paths.output_dir}", *kept_code], import_code=False)
     return sweep, paths
 
 

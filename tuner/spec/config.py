@@ -10,13 +10,15 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -38,10 +40,12 @@ class Strict(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    open_options: ClassVar[bool] = False  # OpenOptions: keys besides the fields are options
+
     @model_validator(mode="before")
     @classmethod
     def _reject_unknown_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
+        if isinstance(data, dict) and not cls.open_options:
             valid = sorted(cls.model_fields)
             for key in data:
                 if key not in cls.model_fields:
@@ -121,7 +125,77 @@ class SyntheticConfig(Strict):
     noise: float = Field(0.005, ge=0, le=0.5)  # std of the accuracy's measurement noise
 
 
-ModelConfig = Annotated[CnnConfig | ResNetConfig | SyntheticConfig, Field(discriminator="name")]
+class OpenOptions(Strict):
+    """A model whose options are its builder's keywords: any key besides the named fields
+    is passed on (and may be searched); the builder's signature checks them at load."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    open_options: ClassVar[bool] = True
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class TorchvisionConfig(OpenOptions):
+    """Any torchvision classification network by name (tuner/models/zoo.py): the
+    classifier sized to the data's classes, grey images repeated to three channels."""
+
+    name: str = Field(pattern=r"^torchvision:[a-z][a-z0-9_]*$")  # torchvision:resnet50
+    weights: str | None = None  # a local state dict (.pth) to start from; nothing is downloaded
+
+    @field_validator("name")
+    @classmethod
+    def _known_builder(cls, name: str) -> str:
+        from tuner.errors import TunerError
+        from tuner.models import zoo
+
+        try:
+            zoo.builder(name)
+        except TunerError as error:  # names the closest builder
+            raise _custom("unknown_model", str(error).removeprefix("model.name: ")) from None
+        return name
+
+
+class FactoryConfig(OpenOptions):
+    """A user's model factory (tuner/models/factory.py): ``module:function`` in the code
+    folder, called with the other keys of this section and the data's shape."""
+
+    name: Literal["factory"] = "factory"
+    factory: str  # my_models:build
+
+    @field_validator("factory")
+    @classmethod
+    def _reference(cls, value: str) -> str:
+        from tuner.usercode.names import check_reference
+
+        return check_reference(value)
+
+
+MODEL_TAGS = ("cnn", "resnet18", "resnet34", "synthetic", "torchvision", "factory")
+
+
+def _model_kind(data: Any) -> str | None:
+    if isinstance(data, dict):
+        if "factory" in data:
+            return "factory"
+        name = data.get("name", "cnn")
+    else:
+        name = getattr(data, "name", None)
+    if isinstance(name, str) and name.startswith("torchvision:"):
+        return "torchvision"
+    return name if isinstance(name, str) else None
+
+
+ModelConfig = Annotated[
+    Annotated[CnnConfig, Tag("cnn")]
+    | Annotated[ResNetConfig, Tag("resnet18")]
+    | Annotated[ResNetConfig, Tag("resnet34")]
+    | Annotated[SyntheticConfig, Tag("synthetic")]
+    | Annotated[TorchvisionConfig, Tag("torchvision")]
+    | Annotated[FactoryConfig, Tag("factory")],
+    Discriminator(_model_kind),
+]
 
 
 # --- training defaults (any of these may be searched) ---------------------------------
@@ -278,8 +352,14 @@ class TrackingConfig(Strict):
 
 class SweepConfig(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    metric: Literal["val_accuracy", "val_loss", "train_loss"] = "val_accuracy"
+    # tuner's loop reports val_accuracy, val_loss and train_loss; a user's code, its own names
+    metric: str = Field("val_accuracy", pattern=r"^[A-Za-z_][\w./-]*$")
     mode: Literal["max", "min"] | None = None  # None: the metric's natural direction
+    # A user's code (docs/own-code.md): a training function or a command runs each trial
+    # instead of tuner's loop; model.factory names a model of the user's for either.
+    trainable: str | None = None  # my_train:train, called as train(params, context)
+    command: list[str] | None = Field(None, min_length=1)  # ["python", "train.py", "--lr", "{lr}"]
+    code_dir: str | None = None  # the folder the user's modules are in; None: the sweep file's
     seed: int = 0
     output_dir: str = "runs"  # the sweep writes to <output_dir>/<name>/
     data: DataConfig = DataConfig()
@@ -310,11 +390,34 @@ class SweepConfig(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> SweepConfig:
+        _check_own_code(self)
         if self.mode is None:
             object.__setattr__(self, "mode", METRICS[self.metric])
         _check_space(self)
         _check_pairs(self)
         return self
+
+    @property
+    def own_loop(self) -> bool:
+        """A user's training function or command runs each trial, not tuner's loop."""
+        return self.trainable is not None or self.command is not None
+
+    @property
+    def uses_data(self) -> bool:
+        """Whether trials get the data section's images: always in tuner's loop; a user's
+        function or command only when the file has a data section."""
+        return not self.own_loop or "data" in self.model_fields_set
+
+    @property
+    def has_model(self) -> bool:
+        """Whether there is a model to export: tuner's loop, or a user's code with model.factory."""
+        return not self.own_loop or isinstance(self.model, FactoryConfig)
+
+    def searched_model_options(self) -> list[str]:
+        """Searched names that go to a torchvision builder or a user's factory as options."""
+        if not isinstance(self.model, OpenOptions):
+            return []
+        return [name for name in self.param_specs() if name not in searchable_params(self.model)]
 
     def param_specs(self, *, registry_only: bool = False) -> dict[str, spaces.ParamSpec]:
         """The resolved search space: registry space, then inline params over it."""
@@ -349,7 +452,7 @@ def searchable_params(model: BaseModel) -> dict[str, type[BaseModel]]:
     """Hyperparameter name -> the section that defines it."""
     names: dict[str, type[BaseModel]] = {n: TrainConfig for n in TrainConfig.model_fields if n != "epochs"}
     names["augment"] = DataConfig  # e.g. {choice: [[], [random_crop, horizontal_flip]]}
-    names.update({n: type(model) for n in type(model).model_fields if n != "name"})
+    names.update({n: type(model) for n in type(model).model_fields if n not in ("name", "factory", "weights")})
     return names
 
 
@@ -387,9 +490,13 @@ def _check_space(cfg: SweepConfig) -> None:
                     dist=spec.kind,
                     args=list(spec.args),
                 )
+    if cfg.own_loop:  # the user's function or command takes whatever it is given
+        return
     allowed = searchable_params(cfg.model)
     for origin, params in (("space.params", specs), ("scheduler.mutations", mutations)):
         for name, spec in params.items():
+            if name not in allowed and isinstance(cfg.model, OpenOptions):
+                continue  # an option of the model's builder: its signature is checked at load
             if name not in allowed:
                 close = difflib.get_close_matches(name, sorted(allowed), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -423,6 +530,43 @@ def _check_space(cfg: SweepConfig) -> None:
                         value=value,
                         reason=_lower_first(error.errors()[0]["msg"]),
                     ) from None
+
+
+def _check_own_code(cfg: SweepConfig) -> None:
+    """A user's function or command, or tuner's loop, and a metric the trials report."""
+    if cfg.trainable is not None and cfg.command is not None:
+        raise _fail(
+            "trainable / command: a trial runs either a training function or a command, but both are given "
+            "(trainable {trainable!r}, command {command})",
+            trainable=cfg.trainable,
+            command=cfg.command,
+        )
+    if cfg.trainable is not None:
+        from tuner.usercode.names import check_reference
+
+        try:
+            check_reference(cfg.trainable)
+        except ValueError as error:
+            raise _fail("trainable: {error}", error=error) from None
+    if cfg.own_loop and "model" in cfg.model_fields_set and not isinstance(cfg.model, FactoryConfig):
+        raise _fail(
+            "model.name: model {name!r} is trained by tuner's own loop, but the file gives {which} to train instead; "
+            "with {which}, give model.factory (to export the best model) or no model section",
+            name=cfg.model.name,
+            which="trainable" if cfg.trainable is not None else "command",
+        )
+    if cfg.metric not in METRICS:
+        if not cfg.own_loop:
+            raise _fail(
+                "metric: tuner's loop reports {known}, but got {metric!r} (a training function or command of "
+                "your own may report any metric)",
+                known=", ".join(METRICS),
+                metric=cfg.metric,
+            )
+        if cfg.mode is None:
+            raise _fail(
+                "mode: say whether {metric!r} is best at max or min (mode: max or mode: min)", metric=cfg.metric
+            )
 
 
 def _integral(spec: spaces.ParamSpec) -> bool:
@@ -487,7 +631,7 @@ def _check_pairs(cfg: SweepConfig) -> None:
             "use auto or torch_trainer",
             workers=cfg.scaling.workers,
         )
-    if cfg.mode != METRICS[cfg.metric]:
+    if cfg.metric in METRICS and cfg.mode != METRICS[cfg.metric]:
         raise _fail(
             "mode: {metric} is best at {natural}, but got mode={mode!r}",
             metric=cfg.metric,
@@ -551,8 +695,11 @@ def json_schema() -> dict[str, Any]:
     }
 
 
-def load_sweep(name_or_path: str, overrides: list[str] | None = None, *, smoke: bool = False) -> SweepConfig:
-    """Read, override and validate a sweep file. Raises ConfigError, never starts Ray."""
+def load_sweep(
+    name_or_path: str, overrides: list[str] | None = None, *, smoke: bool = False, import_code: bool = True
+) -> SweepConfig:
+    """Read, override and validate a sweep file. Raises ConfigError, never starts Ray.
+    ``import_code``: import and check the user's code it names (not to read a finished sweep)."""
     path = resolve_sweep_path(name_or_path)
     loaded = load_yaml(path, display_name=str(path))
     if not isinstance(loaded.data, dict):
@@ -567,7 +714,7 @@ def load_sweep(name_or_path: str, overrides: list[str] | None = None, *, smoke: 
         data = apply_overrides(data, SMOKE_OVERRIDES, file=loaded.file)
         _smoke_fit(data)
     data = apply_overrides(data, overrides or [], file=loaded.file)
-    return validate(data, loaded)
+    return validate(data, loaded, import_code=import_code)
 
 
 def _smoke_fit(data: dict[str, Any]) -> None:
@@ -577,13 +724,17 @@ def _smoke_fit(data: dict[str, Any]) -> None:
         scheduler["grace_period"] = min(scheduler["grace_period"], 1)
 
 
-def validate(data: dict[str, Any], loaded: LoadedYaml) -> SweepConfig:
+def validate(data: dict[str, Any], loaded: LoadedYaml, *, import_code: bool = True) -> SweepConfig:
     try:
         sweep = SweepConfig.model_validate(data, strict=True)  # YAML types as written: no "3" -> 3
     except ValidationError as error:
         raise _to_config_error(error, data, loaded) from None
     sweep._origin = loaded
-    return sweep
+    if not import_code:
+        return sweep
+    from tuner.spec import own_code
+
+    return own_code.check(sweep, loaded)
 
 
 def _to_config_error(error: ValidationError, data: Any, loaded: LoadedYaml) -> ConfigError:
@@ -605,6 +756,8 @@ def _to_config_error(error: ValidationError, data: Any, loaded: LoadedYaml) -> C
     elif kind == "union_tag_invalid":
         section = path[-1] if path else "value"
         valid = ctx.get("expected_tags", "").replace("'", "")
+        if section == "model":
+            valid = "cnn, resnet18, resnet34, synthetic, torchvision:<builder> (e.g. torchvision:resnet50)"
         message = f"unknown {section} {ctx.get('tag')!r}; choose one of: {valid}"
         path = (*path, "name")
     elif kind == "value_error" and isinstance(ctx.get("error"), ConfigError):
@@ -636,7 +789,7 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
             node = node[part]
             path.append(part)
         elif isinstance(part, str) and (
-            isinstance(node, dict) and node.get("name") == part or part.startswith("function-")
+            isinstance(node, dict) and node.get("name") == part or part.startswith("function-") or part in MODEL_TAGS
         ):
             continue  # a discriminator tag or validator frame, not a key
         elif node is not data and not isinstance(node, (dict, list)) and path:

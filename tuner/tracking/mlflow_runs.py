@@ -31,7 +31,7 @@ import numpy as np
 
 from tuner.errors import TunerError
 from tuner.folder import records, remote, store
-from tuner.folder.records import TRIAL_METRICS
+from tuner.folder.records import trial_metrics
 from tuner.folder.store import SweepFolder
 from tuner.spec.config import SweepConfig
 
@@ -58,7 +58,10 @@ def tracking_uri(sweep: SweepConfig) -> str:
 
 
 def registered_model_name(sweep: SweepConfig) -> str:
-    return sweep.tracking.mlflow.registered_model or f"{sweep.data.dataset}_{sweep.model.name}"
+    from tuner.models.build import label
+
+    model = label(sweep.model.name, sweep.model.model_dump(exclude={"name"}))
+    return sweep.tracking.mlflow.registered_model or f"{sweep.data.dataset}_{model}"
 
 
 class SweepRecord:
@@ -196,8 +199,8 @@ class SweepRecord:
 
     def _logged_step(self, run_id: str) -> int:
         """The last epoch the run holds in MLflow itself (0 if none). An epoch's metrics are
-        one ``log_batch``, so its val_accuracy stands for all of them."""
-        return max((m.step for m in self.client.get_metric_history(run_id, "val_accuracy")), default=0)
+        one ``log_batch``, so the sweep's metric stands for all of them."""
+        return max((m.step for m in self.client.get_metric_history(run_id, self.sweep.metric)), default=0)
 
     def log_result(
         self, trial_id: str, config: dict[str, Any], result: dict[str, Any], stamp: float | None = None
@@ -215,7 +218,7 @@ class SweepRecord:
         if step <= max(self.last_step.get(trial_id, 0), queued[-1].step if queued else 0):
             return  # an epoch re-run after a restore: keep the history monotone
         stamp_ms = int((stamp or time.time()) * 1000)
-        metrics = [Metric(k, float(result[k]), stamp_ms, step) for k in TRIAL_METRICS if k in result]
+        metrics = [Metric(k, float(result[k]), stamp_ms, step) for k in trial_metrics(result)]
         self.pending.setdefault(trial_id, []).extend(metrics)
         if time.monotonic() - self.flushed_at >= FLUSH_S:
             self.flush()
@@ -274,7 +277,7 @@ class SweepRecord:
         import mlflow
 
         parent = self.parent_run_id
-        for key in ("val_accuracy", "val_loss", "test_accuracy", "test_loss"):
+        for key in dict.fromkeys((self.sweep.metric, "val_accuracy", "val_loss", "test_accuracy", "test_loss")):
             if best.get(key) is not None:  # no test score for a user's data without test/
                 self.client.log_metric(parent, f"best_{key}", float(best[key]))
         self.client.set_tag(parent, "tuner.best_trial_id", best["trial_id"])
@@ -283,6 +286,11 @@ class SweepRecord:
         name = registered_model_name(self.sweep)
         registering = self.sweep.tracking.mlflow.registry
         chosen = {"trial_id": best["trial_id"], "epoch": best["epoch"]}
+        if exported is not None and (exported.model is None or exported.example is None):
+            # A user's function without a model factory (or with no images to trace it on):
+            # best/ holds the checkpoint, nothing MLflow could serve.
+            self.client.set_terminated(parent, status="FINISHED")
+            return None
         if (self.model.get("version") or not registering) and {k: self.model.get(k) for k in chosen} == chosen:
             # A resume that changed nothing (a finished sweep, say): no second version of the same model.
             self.client.set_terminated(parent, status="FINISHED")
@@ -323,7 +331,7 @@ class SweepRecord:
             for key, value in (
                 ("sweep", self.paths.root.name),  # the folder: <name>, or <name>-2 for a second run
                 ("trial_id", best["trial_id"]),
-                ("test_accuracy", "none" if best["test_accuracy"] is None else f"{best['test_accuracy']:.4f}"),
+                ("test_accuracy", "none" if best.get("test_accuracy") is None else f"{best['test_accuracy']:.4f}"),
             ):
                 self.client.set_model_version_tag(name, str(version), key, value)
             self.model = {**chosen, "version": str(version)}

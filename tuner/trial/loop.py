@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from tuner.data.datasets import TrainingData, normalise
-from tuner.models.builtin import build_model
+from tuner.models.build import build_model
 from tuner.trial.session import LoopSettings, Session, report_epoch
 
 
@@ -152,6 +152,10 @@ def run_training(loop: LoopSettings, session: Session) -> None:
     if state is not None:
         model.load_state_dict(state["model"])
         start_epoch, resumed_from = int(state["epoch"]), str(state["trial_id"])
+    elif loop.model_options.get("weights"):  # a torchvision network from a local state dict
+        from tuner.models import zoo
+
+        zoo.load_weights(model, loop.model_options["weights"], data.channels)
     if loop.model_name == "synthetic":  # no training: a known curve (tuner/trial/synthetic.py)
         from tuner.trial import synthetic
 

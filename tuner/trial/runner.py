@@ -24,13 +24,18 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from tuner.models import zoo
+from tuner.models.build import FACTORY
 from tuner.trial.loop import run_training
+from tuner.trial.own import OwnLoop, run_own
 from tuner.trial.session import LoopSettings, Session, TrialHooks, load_state
+from tuner.usercode.snapshot import CodeSnapshot, put_first_on_path
 
 _FIT_DONE = "__tuner_fit_done__"
 
@@ -53,6 +58,8 @@ class TrialSetup:
     augment: tuple[str, ...] = ()  # data.augment (a trial may sample its own)
     crop_padding: int = 4
     streamed: bool = False  # the data stream from a Ray Data pipeline (tuner.data.datasets.StreamingData)
+    own: OwnLoop | None = None  # the user's training function or command runs instead of the loop
+    code: CodeSnapshot | None = None  # the user's code folder, shipped to every trial
 
 
 # A trial's CPUs are reserved by Tune, one bundle per worker in the trial's placement
@@ -103,11 +110,16 @@ def resolve_hyperparameters(setup: TrialSetup, sampled: dict[str, Any]) -> tuple
     """
     from tuner.spec.config import CnnConfig, ResNetConfig, SyntheticConfig, TrainConfig
 
-    model_cls = {"cnn": CnnConfig, "synthetic": SyntheticConfig}.get(setup.model_name, ResNetConfig)
     sampled = {k: (str(v) if isinstance(v, str) else v) for k, v in sampled.items()}
+    if setup.own is not None:  # the user's function or command takes the sampled values as they are
+        return dict(setup.train_defaults), sampled
     train = {**setup.train_defaults, **{k: v for k, v in sampled.items() if k in TrainConfig.model_fields}}
-    model = {**setup.model_defaults, **{k: v for k, v in sampled.items() if k in model_cls.model_fields}}
     train = TrainConfig.model_validate(train).model_dump()
+    if setup.model_name == FACTORY or setup.model_name.startswith(zoo.PREFIX):  # options go to the builder
+        options = {k: v for k, v in sampled.items() if k not in TrainConfig.model_fields and k != "augment"}
+        return train, {**setup.model_defaults, **options}
+    model_cls = {"cnn": CnnConfig, "synthetic": SyntheticConfig}.get(setup.model_name, ResNetConfig)
+    model = {**setup.model_defaults, **{k: v for k, v in sampled.items() if k in model_cls.model_fields}}
     model = model_cls.model_validate({"name": setup.model_name, **model}).model_dump(exclude={"name"})
     return train, model
 
@@ -132,9 +144,11 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         augment=tuple(str(name) for name in sampled.get("augment", setup.augment)),
         crop_padding=setup.crop_padding,
         hooks=setup.hooks,
+        own=setup.own,
+        code=setup.code,
     )
     if setup.direct:
-        run_training(loop, _TuneSession(setup.use_gpu))
+        run_loop(loop, _TuneSession(setup.use_gpu))
     else:
         loop.resume_from = tune.get_checkpoint()  # a Checkpoint (local or at a URI), or None
         _fit_torch_trainer(loop, setup, trial_id)
@@ -216,16 +230,17 @@ class _TrainSession(Session):
         self.device = torch.device("cpu") if loop.hooks.train_on_cpu else ray.train.torch.get_device()
         self.resume_from = loop.resume_from
 
-    def resume_state(self) -> dict[str, Any] | None:
+    def resume_checkpoint(self) -> Any:
         import ray.train
 
-        checkpoint = ray.train.get_checkpoint()  # Train's own, after a worker-group restart
-        if checkpoint is not None:
-            with checkpoint.as_directory() as folder:
-                return load_state(folder)
-        if self.resume_from is None:
+        # Train's own, after a worker-group restart; else the one Tune handed over.
+        return ray.train.get_checkpoint() or self.resume_from
+
+    def resume_state(self) -> dict[str, Any] | None:
+        checkpoint = self.resume_checkpoint()
+        if checkpoint is None:
             return None
-        with self.resume_from.as_directory() as folder:  # fetched first where it is at a URI
+        with checkpoint.as_directory() as folder:  # fetched first where it is at a URI
             return load_state(folder)
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
@@ -256,14 +271,24 @@ class _TuneSession(Session):
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
 
-    def resume_state(self) -> dict[str, Any] | None:
+    def resume_checkpoint(self) -> Any:
         from ray import tune
 
-        checkpoint = tune.get_checkpoint()  # PBT exploit, retry, HyperBand resume, sweep resume
+        return tune.get_checkpoint()  # PBT exploit, retry, HyperBand resume, sweep resume
+
+    def resume_state(self) -> dict[str, Any] | None:
+        checkpoint = self.resume_checkpoint()
         if checkpoint is None:
             return None
         with checkpoint.as_directory() as folder:
             return load_state(folder)
+
+    def trial_dir(self) -> Path | None:
+        from ray import tune
+
+        folder = Path(tune.get_context().get_trial_dir())
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
         return model.to(self.device)
@@ -281,4 +306,16 @@ class _TuneSession(Session):
 
 def train_loop_per_worker(config: dict[str, LoopSettings]) -> None:
     """One worker of a TorchTrainer trial."""
-    run_training(config["loop"], _TrainSession(config["loop"]))
+    run_loop(config["loop"], _TrainSession(config["loop"]))
+
+
+def run_loop(loop: LoopSettings, session: Session) -> None:
+    """tuner's loop, or the user's function or command, with the user's code (if any)
+    written on this node and first on the path."""
+    folder = loop.code.materialise() if loop.code is not None else None
+    if folder is not None:
+        put_first_on_path(folder)
+    if loop.own is not None:
+        run_own(loop, session, loop.own, folder)
+    else:
+        run_training(loop, session)

@@ -38,6 +38,8 @@ class LoopSettings:
     crop_padding: int = 4
     resume_from: Any = None  # a TorchTrainer trial: Tune's checkpoint to start from (a Checkpoint)
     hooks: TrialHooks = dataclasses.field(default_factory=lambda: TrialHooks())
+    own: Any = None  # the user's function or command instead of the loop (tuner.trial.own.OwnLoop)
+    code: Any = None  # the user's code folder (tuner.usercode.snapshot.CodeSnapshot), first on the path
 
 
 class TrialHooks:
@@ -60,6 +62,14 @@ class Session:
 
     def resume_state(self) -> dict[str, Any] | None:
         raise NotImplementedError
+
+    def resume_checkpoint(self) -> Any:
+        """The checkpoint to resume from (a Ray ``Checkpoint``), or None for a fresh start."""
+        raise NotImplementedError
+
+    def trial_dir(self) -> Path | None:
+        """The trial's folder in the sweep's storage, where this process can write it."""
+        return None
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
         raise NotImplementedError
