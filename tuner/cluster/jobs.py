@@ -27,7 +27,9 @@ from tuner.cluster.connect import CLUSTER_TIMEOUT_S
 from tuner.errors import TunerError
 from tuner.folder.remote import is_remote, same_on_every_node
 from tuner.spec.config import SweepConfig, load_sweep, resolve_sweep_path
-from tuner.spec.shipped import JOB_FILES, PACKAGE_DIR, registry_dir
+from tuner.spec.own_code import uses_own_code
+from tuner.spec.shipped import JOB_CODE, JOB_FILES, PACKAGE_DIR, registry_dir
+from tuner.usercode import snapshot
 
 METADATA_KEY = "tuner_sweep"  # marks tuner's jobs among a cluster's others
 # Time a stopped job's driver gets to stop its trials and save the sweep before SIGKILL.
@@ -117,13 +119,17 @@ def submit(
 
         sweep, paths = open_sweep(target)  # a storage URI: read through a working copy
         check_cluster_paths(sweep, str(paths.config))
+        code = None  # a resume runs the code kept in the sweep folder (code/)
         command, staged_file = ["resume", paths.remote or str(paths.root.resolve())], None
     else:
         path = resolve_sweep_path(target)
         sweep = load_sweep(target, overrides, smoke=smoke)  # ConfigError: one line, nothing submitted
         check_cluster_paths(sweep, str(path))
-        staged_file = path
+        staged_file, code = path, None
         command = ["sweep", path.name, *(f"--set={item}" for item in overrides), *(["--smoke"] if smoke else [])]
+        if uses_own_code(sweep):  # the user's code travels beside the file, in _job/code/
+            code = snapshot.take(sweep.code_dir)
+            command.append(f"--set=code_dir={JOB_CODE}")
     if cluster_timeout_s != CLUSTER_TIMEOUT_S:
         command.append(f"--cluster-timeout={cluster_timeout_s:g}")
     # -P: the job's working directory (wherever its node was started, a tuner checkout
@@ -132,7 +138,7 @@ def submit(
     jobs = client(address)
     job_id = f"tuner-{sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
     with tempfile.TemporaryDirectory(prefix="tuner-job-") as staging:
-        package = _stage(Path(staging), staged_file)
+        package = _stage(Path(staging), staged_file, code)
         request = {
             "entrypoint": entrypoint,
             "submission_id": job_id,
@@ -181,9 +187,10 @@ def _job_exists(jobs: Any, job_id: str) -> bool:
     return True
 
 
-def _stage(staging: Path, sweep_file: Path | None) -> Path:
-    """The package the job ships: a copy of tuner with the space registry and the sweep
-    file in its ``_job/`` folder, where tuner/spec/shipped.py looks for them on the cluster."""
+def _stage(staging: Path, sweep_file: Path | None, code: Any = None) -> Path:
+    """The package the job ships: a copy of tuner with the space registry, the sweep file
+    and the user's code (``code/``) in its ``_job/`` folder, where tuner/spec/shipped.py
+    looks for them on the cluster."""
     package = staging / "tuner"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", JOB_FILES.name)  # never a job's files in a job's
     shutil.copytree(PACKAGE_DIR, package, ignore=ignore)
@@ -193,6 +200,8 @@ def _stage(staging: Path, sweep_file: Path | None) -> Path:
         shutil.copytree(registry_dir(), job_files / "search_spaces", ignore=shutil.ignore_patterns("__pycache__"))
     if sweep_file is not None:
         shutil.copy2(sweep_file, job_files / sweep_file.name)
+    if code is not None:
+        snapshot.write_files(code.files, job_files / JOB_CODE)
     return package
 
 

@@ -71,7 +71,7 @@ class ExportedModel:
 def load_best(path: str | Path) -> ExportedModel:
     """Rebuild an exported model (no Ray needed); weights load with ``weights_only=True``."""
     folder = Path(path)
-    if (folder / CHECKPOINT_FOLDER).is_dir() and not (folder / MODEL_FILE).is_file():
+    if not (folder / MODEL_FILE).is_file() and not (folder / SCRIPT_FILE).is_file() and _of_own_code(folder):
         raise TunerError(
             f"{folder}: holds the best checkpoint of a training function of your own, not a model tuner can rebuild; "
             "predict needs a model.factory in the sweep file (see docs/own-code.md)"
@@ -114,11 +114,23 @@ def load_best(path: str | Path) -> ExportedModel:
     return ExportedModel(model, config, metrics)
 
 
-def best_trial_checkpoint(results: Any, paths: Any, metric: str, mode: str) -> tuple[Any, Any, dict[str, Any]]:
+def _of_own_code(folder: Path) -> bool:
+    """Whether an export is of a sweep that ran the user's function or command."""
+    try:
+        config = yaml.safe_load((folder / CONFIG_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(config, dict) and "trainable" in config
+
+
+def best_trial_checkpoint(
+    results: Any, paths: Any, metric: str, mode: str, *, required: bool = True
+) -> tuple[Any, Any, dict[str, Any]]:
     """The best trial and epoch (tuner.folder.records.best_epoch) and its checkpoint at that epoch.
 
     Checkpoints are kept by the same metric, so the best epoch's checkpoint is among the
-    trial's kept ones.
+    trial's kept ones. Not ``required`` (a user's function that saves none): None, and
+    the epoch's metrics from the history.
     """
     from tuner.folder.records import best_epoch, trial_histories
 
@@ -133,6 +145,8 @@ def best_trial_checkpoint(results: Any, paths: Any, metric: str, mode: str) -> t
     if best is None:
         raise TunerError(f"{paths.where}: trial {best_row.trial_id} is not in the Tune experiment; nothing to export")
     scored = [(c, m) for c, m in best.best_checkpoints if metric in m]
+    if not scored and not required:
+        return best, None, {**best_row.row, "trial_id": best_row.trial_id}
     if not scored:
         raise TunerError(f"{paths.where}: trial {best_row.trial_id} kept no checkpoint; nothing to export")
     at_epoch = [(c, m) for c, m in scored if m.get("training_iteration") == best_row.epoch]

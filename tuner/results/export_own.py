@@ -39,7 +39,9 @@ def export_best(
         raise TunerError(f"--format {format}: a sweep of your own code exports state_dict only")
     to = Path(to or paths.best)
     check_destination(to, overwrite=overwrite)
-    best, checkpoint, val_metrics = best_trial_checkpoint(results, paths, sweep.metric, sweep.mode)
+    best, checkpoint, val_metrics = best_trial_checkpoint(
+        results, paths, sweep.metric, sweep.mode, required=sweep.has_model
+    )
     return _export(sweep, paths, best, checkpoint, val_metrics, to=to, overwrite=overwrite)
 
 
@@ -68,8 +70,12 @@ def _export(
         "trial_id": config["trial_id"],
         "epoch": config["epoch"],
         **reported,
-        "checkpoint": _where(checkpoint),
+        "checkpoint": _where(checkpoint) if checkpoint is not None else None,
     }
+    if checkpoint is None:  # the function saved none: the record of its best epoch only
+        config["predict"] = "not available: the sweep names no model.factory to rebuild the model"
+        write_package(to, None, config, metrics, overwrite=overwrite, code=_code(sweep, paths))
+        return ExportedModel(None, config, metrics)
     with checkpoint.as_directory() as folder:
         folder = Path(folder)
         if not sweep.has_model:

@@ -163,6 +163,7 @@ def _error_reason(saved: _SavedTrial) -> str:
         return "(Tune recorded no reason)"
     lines = [line.strip() for line in text.splitlines() if re.match(r"^[\w.]+(Error|Exception)\b", line.strip())]
     reason = lines[-1] if lines else (text.strip().splitlines() or [""])[-1]
+    reason = reason.removeprefix("tuner.trial.context.TrialCodeError: ")  # the user's code broke tuner's contract
     return reason if len(reason) <= 300 else reason[:297] + "..."
 
 

@@ -2,7 +2,7 @@
 
 ``tuner submit`` ships a copy of the tuner package as the job's ``py_modules`` entry: every
 node unpacks it once and reuses it while it is there. The job's own files travel inside that
-copy, in ``_job/``: the sweep file and the search-space registry. They do not travel as a
+copy, in ``_job/``: the sweep file, the search-space registry and the user's code. They do not travel as a
 ``working_dir``. On a host with several Ray nodes, each node's runtime-env agent deletes a
 working_dir and unpacks it again the first time that node needs it, under the processes
 already running there (docs/ray-notes.md, "Jobs on several nodes of one host").
@@ -16,6 +16,7 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the tuner package
 JOB_FILES = PACKAGE_DIR / "_job"
+JOB_CODE = "code"  # the user's code, in _job/ beside the sweep file (its code_dir there)
 
 
 def registry_dir() -> Path:

@@ -11,7 +11,7 @@ The command runs in the code folder (the same snapshot on every node), with:
 
 Every line it prints that holds the sweep's metric is one epoch's report: a JSON object
 (``{"val_accuracy": 0.98, "loss": 0.05}``) or ``name=value`` pairs
-(``epoch 3: val_accuracy=0.981 loss=0.05``). Its stdout and stderr go to
+(``epoch 3: val_accuracy=0.981 loss=0.05``). Its stdout and stderr (one stream) go to
 ``command.log`` in the trial's folder. A scheduler's stop ends it with SIGTERM, then
 SIGKILL after ``GRACE_S``; it dies with the trial's process too.
 """
@@ -81,13 +81,14 @@ def run(context: Context, command: list[str], params: dict[str, Any], folder: Pa
     }
     log_path = context.trial_dir / "command.log"
     seen: set[str] = set()
+    last = ""  # the last line it printed: a traceback's ends with the error
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             arguments(command, fields),
             cwd=folder,
             env=env,
             stdout=subprocess.PIPE,
-            stderr=log,
+            stderr=subprocess.STDOUT,  # one stream, in the order it was printed
             start_new_session=True,  # its own process group: a stop reaches its children too
             preexec_fn=_die_with_parent,
         )
@@ -95,7 +96,9 @@ def run(context: Context, command: list[str], params: dict[str, Any], folder: Pa
             for raw in process.stdout:
                 log.write(raw)
                 log.flush()
-                metrics = parse_line(raw.decode(errors="replace"))
+                text = raw.decode(errors="replace")
+                last = text.strip()[:300] or last
+                metrics = parse_line(text)
                 seen.update(metrics)
                 if context.metric in metrics:
                     has_checkpoint = any(checkpoints.iterdir())
@@ -105,13 +108,17 @@ def run(context: Context, command: list[str], params: dict[str, Any], folder: Pa
             _stop(process)
             shutil.rmtree(checkpoints, ignore_errors=True)  # our own folder; each report copied it
     if code != 0:
-        last = _last_line(log_path)
-        raise TrialCodeError(f"command exited with status {code}{': ' + last if last else ''} (log: {log_path})")
+        raise TrialCodeError(f"command exited with status {code}{': ' + last if last else ''} ({_shown(log_path)})")
     if context.reports == 0:
         found = f"; its name=value pairs: {', '.join(sorted(seen))}" if seen else ""
         raise TrialCodeError(
-            f"command printed no line with the sweep's metric {context.metric!r}{found} (log: {log_path})"
+            f"command printed no line with the sweep's metric {context.metric!r}{found} ({_shown(log_path)})"
         )
+
+
+def _shown(log: Path) -> str:
+    """Where the log is once the trial's folder is in the sweep's (Tune copies it there)."""
+    return f"its output: tune/{log.parent.name}/{log.name} in the sweep folder"
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -132,11 +139,3 @@ def _die_with_parent() -> None:
     """In the child: SIGTERM when the trial's process dies (Linux; elsewhere nothing)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1].strip()[:300] if lines else ""

@@ -95,7 +95,7 @@ class Context:
         if checkpoint is not None and not Path(checkpoint).is_dir():
             raise TrialCodeError(f"{self._source} reported checkpoint={str(checkpoint)!r}, which is not a folder")
         self.reports += 1
-        values.update(epoch=self.epoch, world_size=self.world_size, **self._timing)
+        values.update(epoch=self.epoch, world_size=self.world_size, nodes=_node(), **self._timing)
         with tempfile.TemporaryDirectory(prefix="tuner-report-") as staging:
             keep = checkpoint is not None and self.rank == 0
             if keep:
@@ -103,6 +103,13 @@ class Context:
                 record = {"epoch": self.epoch, "trial_id": self.trial_id}
                 (Path(staging) / CHECKPOINT_RECORD).write_text(json.dumps(record))
             self._session.report(values, staging if keep else None)
+
+
+def _node() -> str:
+    """The Ray node this rank runs on (the history's ``nodes``, as tuner's loop reports it)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
 
 
 def checkpoint_start(folder: Path | None) -> int:

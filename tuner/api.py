@@ -1,0 +1,128 @@
+"""tuner from Python (a notebook, a script): the same sweep as ``python -m tuner sweep``.
+
+    import tuner
+
+    results = tuner.run("mnist_asha.yaml", overrides=["trials.num_samples=8"])
+    results.trials          # a pandas DataFrame: one row per trial, its status and best value
+    results.best            # the best trial's metrics at its best epoch (best/metrics.json)
+    results.export_path     # best/: the exported model (or checkpoint)
+    model = results.load_model()  # the exported model, ready to predict
+
+``run`` takes a sweep file (a bare name is looked up in experiments/) or a dict with the
+same sections; ``tuner.load(folder)`` reads a sweep that ran before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.spec.config import SweepConfig
+
+
+@dataclass
+class Results:
+    """A sweep's outcome, read from its folder (what status, best and export read)."""
+
+    folder: Path
+    metric: str
+    mode: str
+    best: dict[str, Any]  # best/metrics.json: trial_id, epoch, the metrics, test scores
+    hyperparameters: dict[str, Any]  # the best trial's sampled values
+    _sweep: SweepConfig = field(repr=False)
+
+    @property
+    def export_path(self) -> Path:
+        return self.folder / "best"
+
+    @property
+    def trials(self) -> Any:
+        """One row per trial: id, status, epochs, best epoch and value, error, its values."""
+        import pandas as pd
+
+        from tuner.folder.store import SweepFolder
+        from tuner.results.summaries import trial_summaries
+
+        rows = [
+            {
+                "trial_id": s.trial_id,
+                "status": s.status,
+                "epochs": s.epochs,
+                "best_epoch": s.best_epoch,
+                f"best_{self.metric}": s.best_value,
+                "error": s.error,
+                **s.config,
+            }
+            for s in trial_summaries(self._sweep, SweepFolder.open(self.folder))
+        ]
+        return pd.DataFrame(rows)
+
+    @property
+    def history(self) -> Any:
+        """Every epoch of every trial, as the trials reported them."""
+        import pandas as pd
+
+        from tuner.folder import records
+        from tuner.folder.store import SweepFolder
+
+        histories = records.trial_histories(SweepFolder.open(self.folder))
+        return pd.DataFrame([row for rows in histories.values() for row in rows])
+
+    def load_model(self) -> Any:
+        """The exported model (tuner.results.export.ExportedModel: ``.model``, ``.predict``)."""
+        from tuner.results.export import load_best
+
+        return load_best(self.export_path)
+
+
+def run(
+    sweep: str | Path | dict[str, Any],
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    smoke: bool = False,
+    address: str | None = None,
+    verbose: bool = False,
+) -> Results:
+    """Run a sweep to its end and return its results. ``sweep``: a file, a bare name in
+    experiments/, or a dict of sections (its user code is looked up from the working
+    folder, or ``code_dir``); ``overrides``: ``["train.epochs=3", ...]`` as ``--set`` takes."""
+    from tuner.driver.sweep import run_sweep
+
+    config = load(sweep, list(overrides), smoke=smoke)
+    outcome = run_sweep(config, address=address, verbose=verbose)
+    return _results(config, outcome.paths.root)
+
+
+def load(sweep: str | Path | dict[str, Any], overrides: list[str] | None = None, *, smoke: bool = False) -> SweepConfig:
+    """A validated sweep from a file, a bare name or a dict (errors as the CLI words them)."""
+    from tuner.spec.config import SMOKE_OVERRIDES, apply_overrides, load_sweep, validate
+    from tuner.spec.yamlio import LoadedYaml
+
+    if not isinstance(sweep, dict):
+        return load_sweep(str(sweep), overrides, smoke=smoke)
+    data = dict(sweep)
+    data.setdefault("name", "sweep")
+    if smoke:
+        data = apply_overrides(data, SMOKE_OVERRIDES, file="<dict>")
+    data = apply_overrides(data, overrides or [], file="<dict>")
+    return validate(data, LoadedYaml(data, "<dict>"))
+
+
+def open_results(folder: str | Path) -> Results:
+    """The results of a sweep that ran before (its folder, as ``tuner status`` takes it)."""
+    from tuner.results.summaries import open_sweep
+
+    sweep, paths = open_sweep(folder)
+    return _results(sweep, paths.root)
+
+
+def _results(sweep: SweepConfig, folder: Path) -> Results:
+    import json
+
+    import yaml
+
+    best_dir = folder / "best"
+    best = json.loads((best_dir / "metrics.json").read_text()) if (best_dir / "metrics.json").is_file() else {}
+    config = yaml.safe_load((best_dir / "config.yaml").read_text()) if (best_dir / "config.yaml").is_file() else {}
+    return Results(folder, sweep.metric, sweep.mode, best, dict(config.get("hyperparameters") or {}), sweep)
