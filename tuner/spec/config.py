@@ -555,6 +555,12 @@ def _check_own_code(cfg: SweepConfig) -> None:
             name=cfg.model.name,
             which="trainable" if cfg.trainable is not None else "command",
         )
+    if cfg.command is not None and cfg.scaling.workers > 1:
+        raise _fail(
+            "scaling.workers: a command runs as one process per trial, but scaling.workers is {workers}; "
+            "start the workers inside the command (torchrun) or use trainable",
+            workers=cfg.scaling.workers,
+        )
     if cfg.metric not in METRICS:
         if not cfg.own_loop:
             raise _fail(
@@ -565,7 +571,8 @@ def _check_own_code(cfg: SweepConfig) -> None:
             )
         if cfg.mode is None:
             raise _fail(
-                "mode: say whether {metric!r} is best at max or min (mode: max or mode: min)", metric=cfg.metric
+                "metric: {metric!r} is your code's own; say whether it is best at max or min (mode: max or mode: min)",
+                metric=cfg.metric,
             )
 
 

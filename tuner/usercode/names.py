@@ -78,16 +78,17 @@ def check_takes(
         ) from None
 
 
-def accepted_keywords(function: Callable[..., Any], names: Iterable[str]) -> set[str]:
-    """Those of ``names`` that ``function`` takes as keywords (all of them with ``**kwargs``)."""
+def accepted_keywords(function: Callable[..., Any], names: Iterable[str]) -> list[str]:
+    """Those of ``names`` that ``function`` takes as keywords (all of them with ``**kwargs``), in order."""
+    names = list(names)
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
-        return set(names)
+        return names
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
-        return set(names)
+        return names
     taken = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return {name for name in names if name in taken}
+    return [name for name in names if name in taken]
 
 
 def _what(positional: int, keywords: Iterable[str]) -> str:
