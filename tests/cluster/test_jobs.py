@@ -188,6 +188,46 @@ def test_a_submitted_sweep_runs_to_succeeded_with_every_trial_in_mlflow(cluster,
     assert "SUCCEEDED" in row and str(root) in row, listed.stdout
 
 
+def test_a_job_runs_a_users_training_function_shipped_to_both_nodes(cluster, tmp_path):
+    """The user's code is in a folder the cluster never saw; the job carries it to every node."""
+    _ensure_worker(cluster)
+    code = tmp_path / "their_project"
+    code.mkdir()
+    (code / "job_train.py").write_text(
+        "import time\n\n\ndef train(params, context):\n"
+        "    shipped = 1.0 if '/tuner-code/' in __file__ else 0.0  # the snapshot tuner wrote on the node\n"
+        "    for epoch in range(context.start_epoch, context.max_epochs):\n"
+        "        time.sleep(2)\n"
+        "        context.report({'score': params['x'] * (epoch + 1), 'shipped': shipped})\n"
+    )
+    sweep_file = code / "theirs.yaml"
+    sweep_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": "theirs",
+                "output_dir": str(tmp_path / "runs"),
+                "trainable": "job_train:train",
+                "metric": "score",
+                "mode": "max",
+                "train": {"epochs": 2},
+                "space": {"params": {"x": {"grid": [1.0, 2.0]}}},
+                "trials": {"num_samples": 1},
+            }
+        )
+    )
+    done = _cli(cluster, "submit", str(sweep_file), "--address", cluster.dashboard, "--follow")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "--set=code_dir=code" in done.stdout.splitlines()[0]
+    root = tmp_path / "runs" / "theirs"
+    histories = trial_histories(SweepFolder(root))
+    rows = [row for trial in histories.values() for row in trial]
+    assert len(rows) == 4 and all(row["shipped"] == 1.0 for row in rows), rows
+    # one CPU per node and two trials at once: one trial on each node
+    assert {row["nodes"] for row in rows} == {node.node_id for node in cluster.nodes}, rows
+    assert json.loads((root / "best" / "metrics.json").read_text())["score"] == 4.0
+    assert (root / "code" / "job_train.py").is_file()  # the code the sweep ran, kept with it
+
+
 def test_a_sweep_joined_by_address_runs_on_the_cluster(cluster, tmp_path):
     sweep_file = _file(tmp_path, "byaddress", train={"epochs": 1}, trials={"num_samples": 2})
     done = _cli(cluster, "sweep", str(sweep_file), "--address", cluster.address)
