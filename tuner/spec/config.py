@@ -142,7 +142,14 @@ class TorchvisionConfig(OpenOptions):
     classifier sized to the data's classes, grey images repeated to three channels."""
 
     name: str = Field(pattern=r"^torchvision:[a-z][a-z0-9_]*$")  # torchvision:resnet50
-    weights: str | None = None  # a local state dict (.pth) to start from; nothing is downloaded
+    # A local state dict (.pth) to start from, read by each trial: a path every node sees,
+    # like data.path (relative to the working folder). Nothing is downloaded.
+    weights: str | None = None
+
+    @field_validator("weights")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        return str(Path(value).expanduser().resolve()) if value else value
 
     @field_validator("name")
     @classmethod
