@@ -128,9 +128,9 @@ BAD_AT_START = [
     ("zoo_option_not_taken", "model:\n  name: torchvision:resnet18\n  depth: 3\n", 2,
      r"model\.name: building the model failed: TypeError: .*unexpected keyword argument 'depth'$"),
     ("zoo_weights_missing", "model:\n  name: torchvision:resnet18\n  weights: none.pth\n", 3,
-     r"model\.weights: none\.pth: no such file$"),
+     r"model\.weights: /.*/none\.pth: no such file$"),
     ("zoo_weights_of_another_network", "model:\n  name: torchvision:resnet18\n  weights: small.pth\n", 3,
-     r"model\.weights: small\.pth: key 'weight' is not in the network \(2 such keys\)$"),
+     r"model\.weights: /.*/small\.pth: key 'weight' is not in the network \(2 such keys\)$"),
 ]  # fmt: skip
 
 
