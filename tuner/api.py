@@ -96,7 +96,7 @@ def run(
 
 def load(sweep: str | Path | dict[str, Any], overrides: list[str] | None = None, *, smoke: bool = False) -> SweepConfig:
     """A validated sweep from a file, a bare name or a dict (errors as the CLI words them)."""
-    from tuner.spec.config import SMOKE_OVERRIDES, apply_overrides, load_sweep, validate
+    from tuner.spec.config import apply_overrides, load_sweep, smoke_overrides, validate
     from tuner.spec.yamlio import LoadedYaml
 
     if not isinstance(sweep, dict):
@@ -104,7 +104,7 @@ def load(sweep: str | Path | dict[str, Any], overrides: list[str] | None = None,
     data = dict(sweep)
     data.setdefault("name", "sweep")
     if smoke:
-        data = apply_overrides(data, SMOKE_OVERRIDES, file="<dict>")
+        data = apply_overrides(data, smoke_overrides(data), file="<dict>")
     data = apply_overrides(data, overrides or [], file="<dict>")
     return validate(data, LoadedYaml(data, "<dict>"))
 

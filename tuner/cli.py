@@ -389,6 +389,12 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bo
             f"  MLflow: {tracking_uri(sweep)}, registered model "
             f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
         )
+    elif sweep.tracking.mlflow.enabled and not sweep.has_model:
+        from tuner.tracking.mlflow_runs import tracking_uri
+
+        print(
+            f"  MLflow: {tracking_uri(sweep)}, every trial recorded; no model logged (no model.factory to rebuild it)"
+        )
     elif sweep.tracking.mlflow.enabled and not sweep.tracking.mlflow.registry:
         from tuner.tracking.mlflow_runs import tracking_uri
 

@@ -69,6 +69,9 @@ BAD = [
         r"trainable / command: a trial runs either a training function or a command, but both are given .*$"),
     Bad("own_metric_without_mode", "trainable: my_train:train\nmetric: f1\n", 2,
         r"metric: 'f1' is your code's own; say whether it is best at max or min \(mode: max or mode: min\)$"),
+    Bad("loop_setting_with_a_function", "trainable: my_train:train\nmetric: s\nmode: max\ntrain:\n  lr: 0.1\n", 5,
+        r"train\.lr: a setting of tuner's own loop, which trainable replaces; give your code its values in "
+        r"space\.params \(a constant is a plain value there\) and keep train\.epochs only$"),
     Bad("own_metric_in_tuners_loop", "metric: f1\nmode: max\n", 1,
         r"metric: tuner's loop reports val_accuracy, val_loss, train_loss, but got 'f1' .*$"),
     Bad("command_names_an_unknown_field", "command: [python, train.py, --lr, '{lr}']\n", 1,

@@ -300,6 +300,10 @@ class OwnData:
     cached: bool  # an earlier sweep decoded these files: no header check, no decoding
     record: dict | None = None  # what the sweep records of them (tuner.folder.records.write_data_description)
 
+    @property
+    def num_classes(self) -> int:
+        return len(self.source.classes)
+
     @classmethod
     def plan(cls, config, *, seed: int, check: bool = True) -> OwnData:
         from tuner.data import sources

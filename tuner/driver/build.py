@@ -71,6 +71,7 @@ def build_tuner(
         streamed=streamed,
         own=own_loop(sweep),
         code=code,
+        trials_dir=None if paths.remote else str(paths.tune),
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),

@@ -39,9 +39,10 @@ if TYPE_CHECKING:
 def save_resolved_config(sweep: SweepConfig, paths: SweepFolder) -> None:
     """``sweep.yaml``: every value the sweep ran with; for a user's function or command,
     without the sections it did not give (no data section means no data for it)."""
-    unset = set()
-    if sweep.own_loop:
-        unset = {name for name in ("data", "model") if name not in sweep.model_fields_set}
+    unset: dict[str, Any] = {}
+    if sweep.own_loop:  # train.epochs only: the rest is tuner's loop's
+        unset = {name: True for name in ("data", "model") if name not in sweep.model_fields_set}
+        unset["train"] = set(type(sweep.train).model_fields) - {"epochs"}
     write_atomic(paths.config, yaml.safe_dump(sweep.model_dump(mode="json", exclude=unset), sort_keys=False))
 
 

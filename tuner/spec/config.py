@@ -568,6 +568,15 @@ def _check_own_code(cfg: SweepConfig) -> None:
             "start the workers inside the command (torchrun) or use trainable",
             workers=cfg.scaling.workers,
         )
+    if cfg.own_loop:
+        loop_only = sorted(set(cfg.train.model_fields_set) - {"epochs"})
+        if loop_only:
+            raise _fail(
+                "train.{key}: a setting of tuner's own loop, which {which} replaces; give your code its values "
+                "in space.params (a constant is a plain value there) and keep train.epochs only",
+                key=loop_only[0],
+                which="trainable" if cfg.trainable is not None else "command",
+            )
     if cfg.metric not in METRICS:
         if not cfg.own_loop:
             raise _fail(
@@ -697,6 +706,15 @@ SMOKE_OVERRIDES = [
 ]
 
 
+def smoke_overrides(data: dict[str, Any]) -> list[str]:
+    """--smoke's overrides for a sweep file's data: a user's function or command without a
+    data section gets none (a data override would give it a data set it never asked for)."""
+    own = "trainable" in data or "command" in data
+    if own and "data" not in data:
+        return [item for item in SMOKE_OVERRIDES if not item.startswith("data.")]
+    return SMOKE_OVERRIDES
+
+
 def json_schema() -> dict[str, Any]:
     """The sweep file's JSON Schema, from the models that validate it: for editors (the
     YAML language server completes and checks a file while it is typed)."""
@@ -725,7 +743,7 @@ def load_sweep(
     data = dict(loaded.data)
     data.setdefault("name", path.stem)
     if smoke:
-        data = apply_overrides(data, SMOKE_OVERRIDES, file=loaded.file)
+        data = apply_overrides(data, smoke_overrides(data), file=loaded.file)
         _smoke_fit(data)
     data = apply_overrides(data, overrides or [], file=loaded.file)
     return validate(data, loaded, import_code=import_code)

@@ -60,6 +60,7 @@ class TrialSetup:
     streamed: bool = False  # the data stream from a Ray Data pipeline (tuner.data.datasets.StreamingData)
     own: OwnLoop | None = None  # the user's training function or command runs instead of the loop
     code: CodeSnapshot | None = None  # the user's code folder, shipped to every trial
+    trials_dir: str | None = None  # the sweep's tune/ folder, where every node sees it (None at a URI)
 
 
 # A trial's CPUs are reserved by Tune, one bundle per worker in the trial's placement
@@ -148,7 +149,7 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         code=setup.code,
     )
     if setup.direct:
-        run_loop(loop, _TuneSession(setup.use_gpu))
+        run_loop(loop, _TuneSession(setup.use_gpu, setup.trials_dir))
     else:
         loop.resume_from = tune.get_checkpoint()  # a Checkpoint (local or at a URI), or None
         _fit_torch_trainer(loop, setup, trial_id)
@@ -265,7 +266,8 @@ class _TuneSession(Session):
 
     rank, world = 0, 1
 
-    def __init__(self, use_gpu: bool):
+    def __init__(self, use_gpu: bool, trials_dir: str | None = None):
+        self.trials_dir = trials_dir
         # Tune sets CUDA_VISIBLE_DEVICES to the trial's GPU share, so it is device 0.
         self.device = torch.device("cuda", 0) if use_gpu and torch.cuda.is_available() else torch.device("cpu")
         if self.device.type == "cuda":
@@ -284,9 +286,13 @@ class _TuneSession(Session):
             return load_state(folder)
 
     def trial_dir(self) -> Path | None:
+        """The trial's own folder in the sweep (``tune/<trial>/``). Tune's ``get_trial_dir``
+        names a staging folder of Ray's session, which a reused trial process never copies
+        back (docs/ray-notes.md); a sweep at a URI gets that staging folder all the same."""
         from ray import tune
 
-        folder = Path(tune.get_context().get_trial_dir())
+        staging = Path(tune.get_context().get_trial_dir())
+        folder = Path(self.trials_dir) / staging.name if self.trials_dir else staging
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
