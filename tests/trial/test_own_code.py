@@ -145,6 +145,23 @@ def _tensorboard_steps(root: Path, tag: str) -> list[list[int]]:
     return steps
 
 
+def _tensorboard_hparams(root: Path) -> list[tuple[set[str], bool]]:
+    """Per trial: the hyperparameters in TensorBoard's HParams, and whether score is among its metrics."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    found = []
+    for folder in sorted((root / "tune").glob("trial_driver_*")):
+        events = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+        events.Reload()
+        content = events.PluginTagToContent("hparams")
+        start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+        experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
+        metrics = {m.name.tag for m in experiment.experiment.metric_infos}
+        found.append((set(start.session_start_info.hparams), "ray/tune/score" in metrics))
+    return found
+
+
 def test_a_model_factory_trains_in_tuners_loop_and_its_export_loads_without_the_users_folder(tmp_path, ray_tmp):
     code = _code(tmp_path)
     sweep_file = _write(
@@ -236,6 +253,7 @@ def test_a_training_function_is_stopped_by_asha_and_retried_from_its_checkpoint(
     assert runs[good][1] == [1, 2, 3] and runs[poor][1] == [1]
     assert runs[good][0]["x"] == "0.9"
     assert sorted(_tensorboard_steps(root, "ray/tune/total")) == [[1], [1, 2, 3]]
+    assert _tensorboard_hparams(root) == [({"x"}, True)] * 2  # the searched value; the constants are not
     # no model factory: best/ is the best checkpoint as the function saved it
     best = json.loads((root / "best" / "metrics.json").read_text())
     assert best["trial_id"] == good and best["epoch"] == 3 and best["score"] == pytest.approx(2.7)
