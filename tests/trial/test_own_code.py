@@ -98,6 +98,34 @@ for epoch in range(start, args.epochs):
 """
 
 
+FIT = """
+import torch
+from my_models import build
+
+
+def train(params, context):
+    data = context.data  # the sweep's data section: MNIST here
+    scale = lambda images: (torch.from_numpy(images).float() / 255 - data.mean[0]) / data.std[0]
+    x, y = scale(data.train.images), torch.from_numpy(data.train.labels).long()
+    val_x, val_y = scale(data.val.images), torch.from_numpy(data.val.labels).long()
+    model = build(width=params["width"], in_channels=data.channels, image_size=data.size)
+    optimizer = torch.optim.Adam(model.parameters(), lr=params["lr"])
+    if context.checkpoint is not None:
+        model.load_state_dict(torch.load(context.checkpoint / "model.pt"))
+    for epoch in range(context.start_epoch, context.max_epochs):
+        for begin in range(0, len(x), 64):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[begin : begin + 64]), y[begin : begin + 64]).backward()
+            optimizer.step()
+        with torch.no_grad():
+            accuracy = (model(val_x).argmax(1) == val_y).float().mean()
+        folder = context.trial_dir / "saved"
+        folder.mkdir(exist_ok=True)
+        torch.save(model.state_dict(), folder / "model.pt")  # what the export rebuilds the factory's model from
+        context.report({"val_accuracy": accuracy}, checkpoint=folder)
+"""
+
+
 def _code(tmp_path: Path) -> Path:
     """The user's folder: their modules and script, and nothing of tuner's."""
     folder = tmp_path / "my_project"
@@ -105,6 +133,7 @@ def _code(tmp_path: Path) -> Path:
     (folder / "my_models.py").write_text(MY_MODELS)
     (folder / "my_train.py").write_text(MY_TRAIN)
     (folder / "train.py").write_text(TRAIN_SCRIPT)
+    (folder / "fit.py").write_text(FIT)
     return folder
 
 
@@ -260,6 +289,35 @@ def test_a_training_function_is_stopped_by_asha_and_retried_from_its_checkpoint(
     assert (root / "best" / "checkpoint" / "state.pt").is_file()
     predicted = tuner_cli("predict", str(root / "best"), "--data", "mnist:test", "--out", str(tmp_path / "p.csv"))
     assert predicted.returncode == 2 and "predict needs a model.factory" in predicted.stderr, predicted.stderr
+
+
+def test_a_training_function_with_a_model_factory_beside_it_exports_and_registers_that_model(tmp_path, ray_tmp):
+    code = _code(tmp_path)
+    sweep_file = _write(
+        code,
+        "fitted",
+        {
+            "output_dir": str(tmp_path / "runs"),
+            "data": {"dataset": "mnist", "train_subset": 1000, "download": False},
+            "trainable": "fit:train",
+            "model": {"factory": "my_models:build"},
+            "train": {"epochs": 2},
+            "space": {"params": {"width": {"grid": [4, 8]}, "lr": 3e-3}},
+            "trials": {"num_samples": 1},
+        },
+    )
+    done = tuner_cli("sweep", str(sweep_file), env=_env(ray_tmp))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "registered model 'mnist_my_models.build' version 1" in done.stdout, done.stdout
+    root = tmp_path / "runs" / "fitted"
+    best = json.loads((root / "best" / "metrics.json").read_text())
+    config = yaml.safe_load((root / "best" / "config.yaml").read_text())
+    assert best["test_accuracy"] > 0.5 and best["test_images"] == 10_000, best  # the rebuilt model, scored
+    assert config["model"]["options"]["width"] == config["hyperparameters"]["width"]  # built as the trial built it
+    code.rename(tmp_path / "gone")
+    predicted = tuner_cli("predict", str(root / "best"), "--data", "mnist:test", "--out", str(tmp_path / "p.csv"))
+    assert predicted.returncode == 0, predicted.stderr
+    assert float(predicted.stdout.rsplit(" ", 1)[-1]) == pytest.approx(best["test_accuracy"], abs=1e-4)
 
 
 def test_a_command_reports_its_lines_resumes_from_its_checkpoint_and_is_ended_by_a_stop(tmp_path, ray_tmp):

@@ -16,6 +16,7 @@ import torch
 
 from tuner.errors import TunerError
 from tuner.folder import records
+from tuner.models.factory import DATA_KEYWORDS
 from tuner.results.export import (
     MODEL_FILE,
     ExportedModel,
@@ -28,6 +29,7 @@ from tuner.results.export import (
     write_package,
 )
 from tuner.trial.context import CHECKPOINT_RECORD
+from tuner.usercode import names
 
 
 def export_best(
@@ -96,15 +98,15 @@ def _export_model(sweep, paths, folder: Path, config, metrics, sampled, *, to: P
             f"{paths.where}: the best checkpoint holds {saved} but no {MODEL_FILE}; to export through model.factory, "
             f"save the model's state dict as {MODEL_FILE} in the checkpoint folder you report"
         )
-    options = {
-        **sweep.model.model_dump(exclude={"name"}),
-        **{k: v for k, v in sampled.items() if k in sweep.model.options},
-    }
+    code = code_folder(sweep, paths)
+    # The trial's values that the factory's signature takes (the function built its model so).
+    function = names.load(sweep.model.factory, code, field="model.factory")
+    taken = names.accepted_keywords(function, [k for k in sampled if k not in DATA_KEYWORDS])
+    options = {**sweep.model.model_dump(exclude={"name"}), **{k: sampled[k] for k in taken}}
     held = held_out(sweep.data, seed=sweep.seed) if sweep.uses_data else None
     recorded = records.read_data_description(paths)
     described = recorded["data"] if recorded else held.describe() if held is not None else None
     shape = described or {"channels": 3, "num_classes": 0, "size": 0}
-    code = code_folder(sweep, paths)
     model = build_model(
         "factory",
         in_channels=shape["channels"],
