@@ -28,7 +28,9 @@ class LoopSettings:
 
     train: dict[str, Any]  # the train section with the trial's sampled values
     model_name: str
-    model_options: dict[str, Any]  # the model section with the trial's sampled values, minus name
+    # the model section with the trial's sampled values, minus name; for a user's function or
+    # command (``own``), the trial's values it is given as ``params``
+    model_options: dict[str, Any]
     data_ref: Any  # the data set's ObjectRef (in memory) or its StreamingData
     threads: int  # torch threads: the worker's CPUs
     seed: int  # the sweep's seed plus one of the trial's own
