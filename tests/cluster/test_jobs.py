@@ -304,7 +304,6 @@ def test_a_lost_worker_node_restarts_its_trial_from_its_checkpoint_and_the_job_s
 
     trial = cluster.wait_for(a_trial_on_the_worker_with_2_epochs, "a trial on the worker node to report 2 epochs")
     cluster.kill(worker)  # SIGKILL: raylet, workers and all, mid-epoch
-    reported = len(trial_histories(SweepFolder(root))[trial])
     cluster.add_worker()  # room for the retry, as an autoscaler would bring
 
     follow = _cli(cluster, "jobs", "--address", cluster.dashboard)
@@ -314,10 +313,15 @@ def test_a_lost_worker_node_restarts_its_trial_from_its_checkpoint_and_the_job_s
 
     rows = trial_histories(SweepFolder(root))[trial]
     assert [row["epoch"] for row in rows] == list(range(1, epochs + 1)), "epochs repeated or lost"
-    restarted = rows[reported:]
-    assert restarted and all(row["nodes"] != worker.node_id for row in restarted), "it ran again on the lost node"
+    # What came after its last epoch on the lost node. (Not "after the kill returned": the
+    # restarted trial can finish its remaining epochs while the kill is still waiting for
+    # the node's processes to go, as it did once in CI.)
+    last_on_lost = max(index for index, row in enumerate(rows) if row["nodes"] == worker.node_id)
+    restarted = rows[last_on_lost + 1 :]
+    assert restarted, "the trial did not go on after its node was lost"
     assert restarted[0]["resumed_from"] == trial, "the restart did not load the trial's own checkpoint"
-    print(f"lost the worker after epoch {reported}; epoch {restarted[0]['epoch']} ran on {restarted[0]['nodes'][:8]}")
+    first = restarted[0]
+    print(f"lost the worker after epoch {last_on_lost + 1}; epoch {first['epoch']} ran on {first['nodes'][:8]}")
     steps = mlflow_children(root)  # one MLflow run per trial (it asserts no duplicate)
     assert steps == {t: [r["epoch"] for r in rs] for t, rs in trial_histories(SweepFolder(root)).items()}
     assert steps[trial] == list(range(1, epochs + 1))
