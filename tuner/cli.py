@@ -156,7 +156,7 @@ def _load(args: argparse.Namespace):
 def cmd_validate(args: argparse.Namespace) -> int:
     sweep = _load(args)
     print(yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False), end="")
-    print(f"# {args.file}: valid; search space: {', '.join(sweep.param_specs()) or '(empty)'}")
+    print(f"# {args.file}: valid; search space: {', '.join(sweep.flat_specs()) or '(empty)'}")
     return 0
 
 
@@ -231,6 +231,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from tuner.cluster.connect import how_to_continue
+    from tuner.driver.progress import hyper_text
     from tuner.results.summaries import best_trial, open_sweep, trial_summaries
 
     sweep, paths = open_sweep(args.folder)
@@ -243,10 +244,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"sweep {sweep.name}: {started} of {sweep.total_trials} trial(s) started"
         f"{f' ({pending} pending)' if pending else ''}; {sweep.mode}imise {sweep.metric}"
     )
-    print(f"{'trial':<14}{'status':<15}{'epochs':>7}{'best ' + sweep.metric:>20}{'at epoch':>10}")
+    searched = [name for name, spec in sweep.flat_specs().items() if spec.kind != "constant"]
+    print(
+        f"{'trial':<14}{'status':<15}{'epochs':>7}{'best ' + sweep.metric:>20}{'at epoch':>10}"
+        + ("  hyperparameters" if searched else "")
+    )
     for trial in summaries:
         value = f"{trial.best_value:.4f}" if trial.best_value is not None else "-"
-        print(f"{trial.trial_id:<14}{trial.status:<15}{trial.epochs:>7}{value:>20}{trial.best_epoch or '-':>10}")
+        hyper = f"  {hyper_text(trial.config, searched)}" if searched else ""
+        print(f"{trial.trial_id:<14}{trial.status:<15}{trial.epochs:>7}{value:>20}{trial.best_epoch or '-':>10}{hyper}")
     counts: dict[str, int] = {}
     for trial in summaries:
         counts[trial.status] = counts.get(trial.status, 0) + 1

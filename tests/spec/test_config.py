@@ -398,14 +398,14 @@ BAD = [
         "unknown_scheduler",
         "name: x\nscheduler:\n  name: ashaa\n",
         3,
-        r"scheduler\.name: unknown scheduler 'ashaa'; choose one of: fifo, asha, hyperband, median, pbt, bohb$",
+        r"scheduler\.name: unknown scheduler 'ashaa'; choose one of: fifo, asha, hyperband, median, pbt, pb2, bohb$",
         "'ashaa'",
     ),
     Bad(
         "unknown_searcher",
         "searcher:\n  name: tpe\n",
         2,
-        r"searcher\.name: unknown searcher 'tpe'; choose one of: random, grid, optuna, hyperopt, bohb$",
+        r"searcher\.name: unknown searcher 'tpe'; choose one of: random, grid, optuna, hyperopt, bohb, auto$",
         "'tpe'",
     ),
     Bad(

@@ -22,6 +22,7 @@ from ray.tune.schedulers import (
     TrialScheduler,
 )
 from ray.tune.schedulers.async_hyperband import AsyncHyperBandScheduler
+from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
 from ray.tune.search.sample import Domain
 
@@ -37,6 +38,7 @@ SCHEDULER_CLASSES = {
     "hyperband": HyperBandScheduler,  # tuner's subclass: tuner/spec/hyperband.py
     "median": MedianStoppingRule,
     "pbt": PopulationBasedTraining,
+    "pb2": PB2,
     "bohb": HyperBandForBOHB,  # likewise
 }
 
@@ -45,9 +47,9 @@ def searcher_class(name: str) -> type:
     if name in ("random", "grid"):
         return BasicVariantGenerator
     if name == "optuna":
-        from ray.tune.search.optuna import OptunaSearch
+        from tuner.spec.optuna_space import SpaceOptunaSearch  # Ray's, taking tuner's space define-by-run
 
-        return OptunaSearch
+        return SpaceOptunaSearch
     if name == "hyperopt":
         from ray.tune.search.hyperopt import HyperOptSearch
 
@@ -104,7 +106,8 @@ def test_scheduler_registry_matches_the_schema():
 
 
 def test_searcher_registry_matches_the_schema():
-    assert set(searchers.SEARCHERS) == literal_names(config.SearcherConfig)
+    # auto is no searcher of its own: validation replaces it by the one it picks (tuner/spec/auto.py)
+    assert set(searchers.SEARCHERS) == literal_names(config.SearcherConfig) - {"auto"}
 
 
 def test_registry_names_are_lower_case():
@@ -333,7 +336,11 @@ MODEL_BASED = sorted(set(searchers.SEARCHERS) - {"random", "grid"})
 def suggestions(name: str, count: int) -> list[dict[str, Any]]:
     sweep = sweep_with(searcher=name)
     searcher = searchers.build_searcher(sweep, 2)
-    assert searcher.set_search_properties(METRIC, MODE, spaces.to_param_space(sweep.param_specs()))
+    if searchers.holds_space(sweep):  # as Tune does: no param_space beside a searcher holding one
+        searcher.set_search_properties(METRIC, MODE, {})
+        assert unwrap(searcher).metric == METRIC and unwrap(searcher).mode == MODE
+    else:
+        assert searcher.set_search_properties(METRIC, MODE, spaces.to_param_space(sweep.param_specs()))
     suggested = []
     for index in range(count):
         trial_id = f"t{index}"

@@ -307,6 +307,7 @@ class OwnData:
     @classmethod
     def plan(cls, config, *, seed: int, check: bool = True) -> OwnData:
         from tuner.data import sources
+
         if config.dataset == "image_folder":
             source = sources.list_image_folder(config.path)
         else:
@@ -354,6 +355,7 @@ class OwnData:
         the decoded set would not fit (``stream`` decides instead where given); and which of
         ``cache``, ``here``, ``ray_data`` or ``stream`` it was."""
         from tuner.data import sources
+
         if self.streams(object_store_bytes) if stream is None else stream:
             return self.streaming(), "stream"
         if self.cached:
@@ -366,6 +368,7 @@ class OwnData:
         """About how long decoding every image in this process would take, timed on a few
         spread over the training split."""
         from tuner.data import sources
+
         listing = self.source.splits["train"]
         count = sum(len(listing.labels) for listing in self.source.splits.values())
         indices = np.linspace(0, len(listing.labels) - 1, num=min(sample, len(listing.labels))).astype(int)
@@ -375,6 +378,7 @@ class OwnData:
 
     def in_memory(self, decoder: Any = None) -> TrainingData:
         from tuner.data import sources
+
         splits = sources.from_cache(self.source, self.config.image_size, self.channels)
         if splits is None:
             splits = sources.decode_and_cache(self.source, self.config.image_size, self.channels, decoder)
@@ -397,6 +401,7 @@ class OwnData:
 
     def streaming(self) -> StreamingData:
         from tuner.data import sources
+
         size, channels = self.config.image_size, self.channels
         train_listing, val_listing = self.source.splits[self.train[0]], self.source.splits[self.val[0]]
         mean, std = self.stats()
@@ -420,6 +425,7 @@ class OwnData:
         """Normalisation statistics from a seeded sample of the training images: the same
         sample, so the same figures, in memory and streamed."""
         from tuner.data import sources
+
         positions = sources.sample_of(np.arange(len(self.train[1])), self.seed)
         cached = sources.from_cache(self.source, self.config.image_size, self.channels, [self.train[0]])
         if cached is not None:  # memory-mapped: only the sample is read
@@ -444,6 +450,7 @@ class OwnData:
     def test_chunks(self, chunk: int = 1000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The ``test/`` split in chunks (from the cache, else decoded here, a chunk at a time)."""
         from tuner.data import sources
+
         listing = self.source.splits.get("test")
         if listing is None:
             return
@@ -458,6 +465,7 @@ class OwnData:
     def examples(self, count: int = 2) -> np.ndarray:
         """A few images as the model will see them (the export's input example)."""
         from tuner.data import sources
+
         split, indices = self.val
         if "test" in self.source.splits:
             split, indices = "test", np.arange(len(self.source.splits["test"].labels))

@@ -43,8 +43,10 @@ def build_tuner(
     streamed: bool = False,
     hooks: TrialHooks | None = None,
     code: Any = None,
+    evaluated: list[Any] | None = None,
 ) -> Any:
-    """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``."""
+    """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``; ``evaluated``: a warm
+    start's trials (``tuner.spec.searchers.Evaluated``), told to the searcher first."""
     from ray import tune
 
     from tuner.driver import earlier
@@ -77,7 +79,7 @@ def build_tuner(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
         tune.PlacementGroupFactory(trial_bundles(setup, DRIVER_MEMORY), strategy="PACK"),
     )
-    keep = None if sweep.scheduler.name == "pbt" else sweep.checkpoint.keep  # PBT clones old checkpoints
+    keep = None if sweep.scheduler.name in ("pbt", "pb2") else sweep.checkpoint.keep  # PBT clones old checkpoints
     callbacks = [
         SweepRecords(paths, keep, sweep.metric, sweep.mode),
         TensorBoardEvents(),
@@ -101,15 +103,25 @@ def build_tuner(
             raise TunerError(
                 f"{where}: Tune's saved sweep cannot be restored ({type(error).__name__}: {reason})"
             ) from None
+    search_alg = searchers.build_searcher(
+        sweep, slots, gpus_out_of_sight=use_gpu and not sweep.scaling.direct, cpus_kept_free=streamed
+    )
+    if evaluated:
+        from tuner.driver.progress import show
+
+        told, outside = searchers.warm_start(search_alg, evaluated)
+        show(
+            f"  warm start: {told} trial(s) of {sweep.searcher.warm_start} told to the searcher"
+            + (f" ({outside} outside this space left out)" if outside else "")
+        )
     return tune.Tuner(
         trainable,
-        param_space=spaces.to_param_space(sweep.param_specs()),
+        # Optuna holds the space itself (define-by-run: tuner/spec/optuna_space.py)
+        param_space={} if searchers.holds_space(sweep) else spaces.to_param_space(sweep.param_specs()),
         tune_config=tune.TuneConfig(
             metric=sweep.metric,
             mode=sweep.mode,
-            search_alg=searchers.build_searcher(
-                sweep, slots, gpus_out_of_sight=use_gpu and not sweep.scaling.direct, cpus_kept_free=streamed
-            ),
+            search_alg=search_alg,
             scheduler=schedulers.build_scheduler(sweep),
             num_samples=sweep.trials.num_samples,
             time_budget_s=sweep.trials.time_budget_s,

@@ -59,15 +59,16 @@ def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bo
 def describe(
     sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: SweepFolder, held: str = "in memory"
 ) -> str:
-    specs = sweep.param_specs()
-    searched = ", ".join(f"{k} ({s.kind})" for k, s in specs.items() if s.kind != "constant") or "nothing"
+    searched = ", ".join(filter(None, (_searched(n, s) for n, s in sweep.param_specs().items()))) or "nothing"
+    searcher = sweep.searcher.name + (f" ({sweep.searcher.sampler})" if sweep.searcher.name == "optuna" else "")
     device = "GPU" if use_gpu else "CPU"
     return "\n".join(
         [
             f"sweep {sweep.name}: {sweep.total_trials} trial(s) x up to {sweep.max_epochs} epoch(s) of "
             f"{what_runs(sweep)}{on_data(sweep, data)}",
+            *([f"  {sweep.picked}"] if sweep.picked else []),
             *([f"  data {held}"] if data is not None else []),
-            f"  search {searched}; searcher {sweep.searcher.name}, scheduler {sweep.scheduler.name}, "
+            f"  search {searched}; searcher {searcher}, scheduler {sweep.scheduler.name}, "
             f"{sweep.mode}imise {sweep.metric}",
             f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x "
             f"{sweep.scaling.cpus_per_worker:g} CPU on {device}, "
@@ -75,6 +76,19 @@ def describe(
             f"  output: {paths.where}",
         ]
     )
+
+
+def _searched(name: str, spec: Any) -> str:
+    """``lr (loguniform)``; a conditional choice with its branches: ``optimizer (sgd: momentum, lr | adam: lr)``."""
+    if spec.kind == "constant":
+        return ""
+    if spec.kind != "branches":
+        return f"{name} ({spec.kind})"
+    branches = " | ".join(
+        f"{value}: {', '.join(filter(None, (_searched(n, s) for n, s in params.items()))) or '-'}"
+        for value, params in spec.branches.items()
+    )
+    return f"{name} ({branches})"
 
 
 def what_runs(sweep: SweepConfig) -> str:

@@ -82,8 +82,7 @@ class Progress:
 
     def hyper(self, config: dict[str, Any], form: str = "{}") -> str:
         """The searched hyperparameters, ``form`` around them; "" when nothing is searched."""
-        shown = {k: v for k, v in config.items() if self.searched is None or k in self.searched}
-        text = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+        text = hyper_text(config, self.searched)
         return form.format(text) if text else ""
 
     # --- what is shown --------------------------------------------------------------------------
@@ -290,3 +289,9 @@ def _duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def hyper_text(config: dict[str, Any], searched: list[str] | None = None) -> str:
+    """``optimizer=sgd, momentum=0.9227, lr=0.0075``: the searched names a trial got (None: all)."""
+    shown = {k: v for k, v in config.items() if searched is None or k in searched}
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())

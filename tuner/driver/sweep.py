@@ -27,10 +27,12 @@ from tuner.driver.inputs import check_model, load_data, ready_data
 from tuner.driver.plan import concurrent_trials, decide_gpu, describe, earlier_run_note, stream_cpus
 from tuner.driver.progress import show
 from tuner.driver.signals import SweepInterrupted, ray_output, stop_cleanly_on_ctrl_c
+from tuner.driver.warm_start import earlier_trials
 from tuner.errors import TunerError
 from tuner.folder import records, remote, store
 from tuner.folder.store import SweepFolder, SweepLock, release_unused, write_atomic
 from tuner.spec.config import SweepConfig
+from tuner.spec.searchers import Evaluated
 
 if TYPE_CHECKING:
     from tuner.trial.session import TrialHooks
@@ -77,6 +79,7 @@ def run_sweep(
     ``<name>-2``, ... The folder is locked for as long as this process writes to it.
     """
     resume = paths is not None
+    evaluated = None
     if paths is None:
         if sweep.tracking.mlflow.enabled:
             from tuner.tracking.mlflow_runs import tracking_uri
@@ -84,6 +87,7 @@ def run_sweep(
             tracking_uri(sweep)  # an output_dir URI needs an MLflow store of its own: refused here
         data = load_data(sweep)  # a missing data set is refused before a folder is made
         check_model(sweep, data)
+        evaluated = earlier_trials(sweep)  # searcher.warm_start
         code = own_code.take(sweep)
         paths = _claim(sweep)
     mirror = None
@@ -106,6 +110,7 @@ def run_sweep(
                 cluster_timeout_s=cluster_timeout_s,
                 hooks=hooks,
                 code=code,
+                evaluated=evaluated,
             )
     except BaseException:
         if not resume:
@@ -149,6 +154,7 @@ def _fit_and_export(
     cluster_timeout_s: float,
     hooks: TrialHooks | None,
     code: Any = None,
+    evaluated: list[Evaluated] | None = None,
 ) -> SweepOutcome:
     """Start or join Ray, fit, export; a write the machine refused ends it in one line."""
     import ray
@@ -168,6 +174,7 @@ def _fit_and_export(
                         address=address,
                         hooks=hooks,
                         code=code,
+                        evaluated=evaluated,
                     )
             except Exception as error:
                 failure = store.failed_write(error, paths.root)
@@ -186,7 +193,7 @@ def _reporter(sweep: SweepConfig, paths: SweepFolder) -> Any:
     """The progress view (tuner/driver/progress.py), seeded with a resumed sweep's best so far."""
     from tuner.driver.progress import Progress, Reporter
 
-    searched = [name for name, spec in sweep.param_specs().items() if spec.kind != "constant"]
+    searched = [name for name, spec in sweep.flat_specs().items() if spec.kind != "constant"]
     progress = Progress(sweep.name, sweep.metric, sweep.mode, sweep.total_trials, sweep.max_epochs, searched)
     best = records.best_epoch(records.trial_histories(paths), sweep.metric, sweep.mode)
     if best is not None:
@@ -205,6 +212,7 @@ def _run(
     address: str | None = None,
     hooks: TrialHooks | None = None,
     code: Any = None,
+    evaluated: list[Evaluated] | None = None,
 ) -> SweepOutcome:
     import ray
 
@@ -244,6 +252,7 @@ def _run(
         streamed=streamed,
         hooks=hooks,
         code=code,
+        evaluated=evaluated,
     )
     # The report's slot count; only once the sweep (or its restore) is built: a refused
     # resume writes nothing.

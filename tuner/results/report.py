@@ -175,6 +175,7 @@ def _section(sweep: Sweep, out: Path, prefix: str, written: list[Path]) -> str:
         "bohb": "dotted lines are HyperBand's rungs",
         "median": "the dotted line is where the median rule starts stopping trials",
         "pbt": "stars mark PBT's exploits, where a trial continued from a better trial's checkpoint",
+        "pb2": "stars mark PB2's exploits, where a trial continued from a better trial's checkpoint",
     }.get(sweep.config.scheduler.name, "the scheduler stops no trial early")
     parts.append(
         _figure_html(

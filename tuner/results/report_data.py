@@ -57,7 +57,7 @@ def read(folder: str | Path) -> Sweep:
     trials = [t for t in trials if t.trial_id in histories or t.status in ("errored", "running", "interrupted")]
     if not trials:
         raise TunerError(f"{paths.where}: no trial of sweep {config.name!r} has reported an epoch yet; nothing to show")
-    specs = config.param_specs()
+    specs = config.flat_specs()
     return Sweep(
         config=config,
         paths=paths,

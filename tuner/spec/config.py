@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     Tag,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -237,30 +238,46 @@ class SpaceConfig(Strict):
 
 
 # --- searchers (tuner/spec/searchers.py builds them) ----------------------------------------
-class RandomSearcher(Strict):
+class WarmStart(Strict):
+    # an earlier sweep folder (runs/<sweep>): its finished trials seed the searcher (optuna only)
+    warm_start: str | None = None
+
+
+class RandomSearcher(WarmStart):
     name: Literal["random"] = "random"
 
 
-class GridSearcher(Strict):
+class GridSearcher(WarmStart):
     name: Literal["grid"]
 
 
-class OptunaSearcher(Strict):
+OPTUNA_SAMPLERS = ("tpe", "cmaes", "gp", "qmc", "nsga2", "random")
+
+
+class OptunaSearcher(WarmStart):
     name: Literal["optuna"]
-    n_startup_trials: int = Field(4, ge=0)  # random trials before TPE takes over
+    sampler: Literal["tpe", "cmaes", "gp", "qmc", "nsga2", "random"] = "tpe"
+    n_startup_trials: int = Field(4, ge=0)  # random trials before tpe, cmaes or gp take over
 
 
-class HyperOptSearcher(Strict):
+class HyperOptSearcher(WarmStart):
     name: Literal["hyperopt"]
     n_initial_points: int = Field(4, ge=0)  # random trials before TPE takes over
 
 
-class BohbSearcher(Strict):
+class BohbSearcher(WarmStart):
     name: Literal["bohb"]
 
 
+class AutoSearcher(WarmStart):
+    """tuner picks the searcher (and the scheduler, if the file names none) from the space,
+    the budget and the metric (tuner/spec/auto.py), and says what and why when the sweep starts."""
+
+    name: Literal["auto"]
+
+
 SearcherConfig = Annotated[
-    RandomSearcher | GridSearcher | OptunaSearcher | HyperOptSearcher | BohbSearcher,
+    RandomSearcher | GridSearcher | OptunaSearcher | HyperOptSearcher | BohbSearcher | AutoSearcher,
     Field(discriminator="name"),
 ]
 
@@ -304,6 +321,15 @@ class PbtScheduler(Strict):
     mutations: dict[str, Any] | None = None  # default: every non-constant space param
 
 
+class Pb2Scheduler(Strict):
+    """Population based bandits (Parker-Holder et al., 2020): PBT whose explore step is a
+    GP bandit over the bounds of the space's numeric parameters. Needs GPy (tuner[pb2])."""
+
+    name: Literal["pb2"]
+    perturbation_interval: int = Field(1, ge=1)  # epochs between exploit/explore
+    quantile_fraction: float = Field(0.25, gt=0, le=0.5)
+
+
 class BohbScheduler(Strict):
     """HyperBand for BOHB (Falkner et al., 2018); needs the bohb searcher."""
 
@@ -312,7 +338,7 @@ class BohbScheduler(Strict):
 
 
 SchedulerConfig = Annotated[
-    FifoScheduler | AshaScheduler | HyperBandScheduler | MedianScheduler | PbtScheduler | BohbScheduler,
+    FifoScheduler | AshaScheduler | HyperBandScheduler | MedianScheduler | PbtScheduler | Pb2Scheduler | BohbScheduler,
     Field(discriminator="name"),
 ]
 
@@ -382,6 +408,8 @@ class SweepConfig(Strict):
     # The file it was read from and the line of every key: for the errors found after
     # validation, when the data are planned (a data.path that is not a folder).
     _origin: LoadedYaml | None = PrivateAttr(default=None)
+    # searcher: auto: what it picked and why, said when the sweep starts
+    _picked: str | None = PrivateAttr(default=None)
 
     @field_validator("output_dir")
     @classmethod
@@ -401,8 +429,15 @@ class SweepConfig(Strict):
         if self.mode is None:
             object.__setattr__(self, "mode", METRICS[self.metric])
         _check_space(self)
+        if self.searcher.name == "auto":
+            _pick(self)
         _check_pairs(self)
         return self
+
+    @property
+    def picked(self) -> str | None:
+        """What ``searcher: auto`` picked and why; None when the file named the searcher."""
+        return getattr(self, "_picked", None)
 
     @property
     def own_loop(self) -> bool:
@@ -424,7 +459,11 @@ class SweepConfig(Strict):
         """Searched names that go to a torchvision builder or a user's factory as options."""
         if not isinstance(self.model, OpenOptions):
             return []
-        return [name for name in self.param_specs() if name not in searchable_params(self.model)]
+        return [name for name in self.flat_specs() if name not in searchable_params(self.model)]
+
+    def flat_specs(self) -> dict[str, spaces.ParamSpec]:
+        """Every name a trial's config can hold, a conditional choice's parameters included."""
+        return spaces.flat_specs(self.param_specs())
 
     def param_specs(self, *, registry_only: bool = False) -> dict[str, spaces.ParamSpec]:
         """The resolved search space: registry space, then inline params over it."""
@@ -497,11 +536,12 @@ def _check_space(cfg: SweepConfig) -> None:
                     dist=spec.kind,
                     args=list(spec.args),
                 )
+    _check_branch_names("space.params", specs, set(specs))
     if cfg.own_loop:  # the user's function or command takes whatever it is given
         return
     allowed = searchable_params(cfg.model)
     for origin, params in (("space.params", specs), ("scheduler.mutations", mutations)):
-        for name, spec in params.items():
+        for where, name, spec in _walk(origin, params):
             if name not in allowed and isinstance(cfg.model, OpenOptions):
                 continue  # an option of the model's builder: its signature is checked at load
             if name not in allowed:
@@ -509,7 +549,7 @@ def _check_space(cfg: SweepConfig) -> None:
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise _fail(
                     "{where}.{name}: not a hyperparameter of model {model!r}{hint} (searchable: {valid})",
-                    where=origin,
+                    where=where,
                     name=name,
                     model=cfg.model.name,
                     hint=hint,
@@ -520,7 +560,7 @@ def _check_space(cfg: SweepConfig) -> None:
                 raise _fail(
                     "{where}.{name}: {name} is an integer; use randint, choice, grid or a quantized "
                     "distribution with integer bounds and q, but got {dist} {args}",
-                    where=origin,
+                    where=where,
                     name=name,
                     dist=spec.kind,
                     args=list(spec.args),
@@ -532,11 +572,39 @@ def _check_space(cfg: SweepConfig) -> None:
                 except ValidationError as error:
                     raise _fail(
                         "{where}.{name}: value {value!r} is invalid ({reason})",
-                        where=origin,
+                        where=where,
                         name=name,
                         value=value,
                         reason=_lower_first(error.errors()[0]["msg"]),
                     ) from None
+
+
+def _walk(origin: str, specs: dict[str, spaces.ParamSpec]) -> list[tuple[str, str, spaces.ParamSpec]]:
+    """(where, name, spec) of every parameter, those under a conditional choice's values too
+    (where: ``space.params.optimizer.sgd``)."""
+    found = []
+    for name, spec in specs.items():
+        found.append((origin, name, spec))
+        for value, params in spec.branches.items():
+            found.extend(_walk(f"{origin}.{name}.{value}", params))
+    return found
+
+
+def _check_branch_names(origin: str, specs: dict[str, spaces.ParamSpec], outer: set[str]) -> None:
+    """A parameter under a choice's value is named nowhere above it: a trial gets plain names."""
+    for name, spec in specs.items():
+        for value, params in spec.branches.items():
+            for inner in params:
+                if inner in outer or inner == name:
+                    raise _fail(
+                        "{where}.{name}.{value}.{inner}: {inner!r} is already a parameter outside this branch; "
+                        "a trial gets plain names, so give it in every branch or outside the choice only",
+                        where=origin,
+                        name=name,
+                        value=value,
+                        inner=inner,
+                    )
+            _check_branch_names(f"{origin}.{name}.{value}", params, outer | set(params) | {name})
 
 
 def _check_own_code(cfg: SweepConfig) -> None:
@@ -601,10 +669,59 @@ def _integral(spec: spaces.ParamSpec) -> bool:
     return True
 
 
+def _pick(cfg: SweepConfig) -> None:
+    """``searcher: auto``: the searcher, and the scheduler unless the file names one."""
+    from tuner.spec import auto
+
+    choice = auto.pick(
+        cfg.param_specs(),
+        trials=cfg.trials.num_samples,
+        epochs=cfg.train.epochs,
+        scheduler_given="scheduler" in cfg.model_fields_set,
+    )
+    searcher = dict(choice.searcher)
+    if cfg.searcher.warm_start is not None:
+        searcher["warm_start"] = cfg.searcher.warm_start
+    object.__setattr__(cfg, "searcher", TypeAdapter(SearcherConfig).validate_python(searcher))
+    if choice.scheduler is not None:
+        object.__setattr__(cfg, "scheduler", TypeAdapter(SchedulerConfig).validate_python(choice.scheduler))
+        cfg.model_fields_set.add("scheduler")  # saved in sweep.yaml with the searcher
+    cfg._picked = choice.reason
+
+
 def _check_pairs(cfg: SweepConfig) -> None:
     searcher, scheduler = cfg.searcher.name, cfg.scheduler.name
     specs = cfg.param_specs()
     kinds = {spec.kind for spec in specs.values()}
+    if "branches" in kinds:
+        conditional = next(name for name, spec in specs.items() if spec.kind == "branches")
+        if searcher in ("grid", "bohb"):
+            why = {
+                "grid": "a grid expands fixed lists, not parameters that exist under one value",
+                "bohb": "its ConfigSpace space is built flat",
+            }[searcher]
+            raise _fail(
+                "space.params.{name}: a conditional choice needs searcher random, optuna or hyperopt; "
+                "searcher {searcher!r} cannot take one ({why})",
+                name=conditional,
+                searcher=searcher,
+                why=why,
+            )
+        if scheduler in ("pbt", "pb2"):
+            raise _fail(
+                "space.params.{name}: scheduler {scheduler!r} mutates parameters every trial has, "
+                "but a conditional choice's parameters exist in some trials only",
+                name=conditional,
+                scheduler=scheduler,
+            )
+    if cfg.searcher.warm_start is not None and searcher != "optuna":
+        raise _fail(
+            "searcher.warm_start: searcher {searcher!r} cannot be told earlier results (Ray's {searcher} takes "
+            "no evaluated points); use optuna or auto",
+            searcher=searcher,
+        )
+    if cfg.searcher.warm_start is not None and cfg.searcher.sampler == "qmc":
+        raise _fail("searcher.warm_start: the qmc sampler draws a fixed sequence and learns nothing from trials")
     if (searcher == "bohb") != (scheduler == "bohb"):
         raise _fail(
             "searcher.name / scheduler.name: bohb searcher and bohb scheduler go together, "
@@ -628,10 +745,16 @@ def _check_pairs(cfg: SweepConfig) -> None:
         raise _fail("searcher.name: 'grid' needs at least one {{grid: [...]}} parameter in the space")
     if searcher == "bohb" and any(spec.is_quantized for spec in specs.values()):
         raise _fail("space.params: bohb drops quantization; use choice instead of quniform/qloguniform")
-    if scheduler == "pbt" and searcher != "random":
+    if scheduler in ("pbt", "pb2") and searcher != "random":
         raise _fail(
-            "searcher.name: pbt explores by itself and takes the random searcher, but got {searcher!r}",
+            "searcher.name: {scheduler} explores by itself and takes the random searcher, but got {searcher!r}",
+            scheduler=scheduler,
             searcher=searcher,
+        )
+    if scheduler == "pb2" and not any(s.kind in spaces.RANGE_KINDS for s in specs.values()):
+        raise _fail(
+            "space.params: pb2 explores within the bounds of numeric parameters (uniform, loguniform, quniform, "
+            "qloguniform, randint), but the space has none; use pbt for choices"
         )
     if scheduler == "pbt" and not (
         cfg.scheduler.mutations or any(s.kind not in ("constant", "grid") for s in specs.values())

@@ -77,7 +77,7 @@ def _check_factory(sweep: SweepConfig, folder: Path) -> None:
 def _check_command(sweep: SweepConfig, folder: Path) -> None:
     if sweep.command is None:
         return
-    known = {*sweep.param_specs(), *COMMAND_FIELDS}
+    known = {*sweep.flat_specs(), *COMMAND_FIELDS}
     for index, part in enumerate(sweep.command):
         for _, field, _, _ in string.Formatter().parse(part):
             if field is not None and field not in known:

@@ -72,6 +72,35 @@ def _pbt(sweep: cfg.SweepConfig) -> Any:
     )
 
 
+def pb2_bounds(sweep: cfg.SweepConfig) -> dict[str, list[float]]:
+    """[low, high] of every numeric parameter of the space: where PB2's bandit explores."""
+    bounds = {}
+    for name, spec in sweep.param_specs().items():
+        if spec.kind in spaces.RANGE_KINDS:
+            high = spec.args[1] - 1 if spec.kind == "randint" else spec.args[1]
+            bounds[name] = [spec.args[0], high]
+    return bounds
+
+
+def _pb2(sweep: cfg.SweepConfig) -> Any:
+    try:
+        import GPy  # noqa: F401
+        import sklearn  # noqa: F401
+        from ray.tune.schedulers.pb2 import PB2
+    except ImportError as error:
+        raise cfg.ConfigError(
+            f"scheduler 'pb2' needs the optional packages GPy and scikit-learn ({error}); "
+            "install them with: pip install 'tuner[pb2]'"
+        ) from None
+    s = sweep.scheduler
+    return PB2(
+        time_attr=TIME_ATTR,
+        perturbation_interval=s.perturbation_interval,
+        hyperparam_bounds=pb2_bounds(sweep),
+        quantile_fraction=s.quantile_fraction,
+    )
+
+
 def _bohb(sweep: cfg.SweepConfig) -> Any:
     from tuner.spec.hyperband import BohbHyperBand  # Tune's, stopping trials no bracket will run again
 
@@ -84,6 +113,7 @@ SCHEDULERS: dict[str, Callable[[cfg.SweepConfig], Any]] = {
     "hyperband": _hyperband,
     "median": _median,
     "pbt": _pbt,
+    "pb2": _pb2,
     "bohb": _bohb,
 }
 

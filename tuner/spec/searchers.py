@@ -1,35 +1,73 @@
 """Searcher factory: a registry from name to builder.
 
 ``random`` and ``grid`` are Tune's variant generator (grid values expand to every
-combination); the rest are model-based. Metric and mode reach them through TuneConfig.
+combination); the rest are model-based. Metric and mode reach them through TuneConfig,
+except for Optuna, which holds the space itself (tuner/spec/optuna_space.py).
+
+A conditional space (a choice whose values carry parameters of their own) goes to Optuna
+define-by-run (``random`` then uses Optuna's random sampler) or to HyperOpt's nested
+choice; every searcher hands the trial plain names (``tuner.spec.spaces.flatten``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tuner.spec import config as cfg
+from tuner.spec import spaces
 
 
 def _variant_generator(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
     from ray.tune.search import BasicVariantGenerator
 
+    if spaces.is_conditional(sweep.param_specs()):  # random draws through Optuna's define-by-run
+        return _optuna(sweep, max_concurrent, sampler="random")
+
     return BasicVariantGenerator(random_state=sweep.seed, max_concurrent=max_concurrent)
 
 
-def _optuna(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
+def optuna_sampler(name: str, seed: int, n_startup_trials: int) -> Any:
+    """Optuna's sampler by the name the file gives (``searcher.sampler``)."""
     import optuna
-    from ray.tune.search.optuna import OptunaSearch
 
-    sampler = optuna.samplers.TPESampler(seed=sweep.seed, n_startup_trials=sweep.searcher.n_startup_trials)
-    return OptunaSearch(sampler=sampler)
+    samplers = optuna.samplers
+    builders = {
+        "tpe": lambda: samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials),
+        "cmaes": lambda: samplers.CmaEsSampler(seed=seed, n_startup_trials=n_startup_trials),
+        "gp": lambda: samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials),
+        "qmc": lambda: samplers.QMCSampler(seed=seed, scramble=True),
+        "nsga2": lambda: samplers.NSGAIISampler(seed=seed),
+        "random": lambda: samplers.RandomSampler(seed=seed),
+    }
+    return builders[name]()
+
+
+def _optuna(sweep: cfg.SweepConfig, max_concurrent: int, sampler: str | None = None) -> Any:
+    import warnings
+
+    from optuna.exceptions import ExperimentalWarning
+
+    from tuner.spec.optuna_space import OptunaSpace, SpaceOptunaSearch
+
+    s = sweep.searcher
+    with warnings.catch_warnings():  # qmc, gp: "experimental" in Optuna's words; chosen in the file
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        chosen = optuna_sampler(sampler or s.sampler, sweep.seed, getattr(s, "n_startup_trials", 4))
+    space = OptunaSpace(sweep.param_specs())
+    return SpaceOptunaSearch(space=space, metric=sweep.metric, mode=sweep.mode, sampler=chosen)
 
 
 def _hyperopt(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
     from ray.tune.search.hyperopt import HyperOptSearch
 
-    return HyperOptSearch(n_initial_points=sweep.searcher.n_initial_points, random_state_seed=sweep.seed)
+    kwargs = {"n_initial_points": sweep.searcher.n_initial_points, "random_state_seed": sweep.seed}
+    if spaces.is_conditional(sweep.param_specs()):
+        from tuner.spec.hyperopt_space import FlatHyperOptSearch
+
+        return FlatHyperOptSearch(sweep.param_specs(), **kwargs)
+    return HyperOptSearch(**kwargs)
 
 
 def _bohb(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
@@ -54,8 +92,19 @@ SEARCHERS: dict[str, Callable[[cfg.SweepConfig, int], Any]] = {
 }
 
 
+def holds_space(sweep: cfg.SweepConfig) -> bool:
+    """Whether the searcher takes the space itself (Optuna define-by-run), not Tune's param_space."""
+    return sweep.searcher.name == "optuna" or (
+        sweep.searcher.name == "random" and spaces.is_conditional(sweep.param_specs())
+    )
+
+
 def build_searcher(
-    sweep: cfg.SweepConfig, max_concurrent: int, *, gpus_out_of_sight: bool = False, cpus_kept_free: bool = False
+    sweep: cfg.SweepConfig,
+    max_concurrent: int,
+    *,
+    gpus_out_of_sight: bool = False,
+    cpus_kept_free: bool = False,
 ) -> Any:
     """The Tune search algorithm for a validated sweep, running at most ``max_concurrent`` trials.
 
@@ -71,5 +120,38 @@ def build_searcher(
         max_concurrent = sweep.trials.max_concurrent or 0
     searcher = SEARCHERS[sweep.searcher.name](sweep, max_concurrent)
     if isinstance(searcher, Searcher):  # model-based: propose only as many as can run
-        return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
+        return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent or sweep.total_trials)
     return searcher
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A finished trial of an earlier sweep: its plain config, and its metric per epoch."""
+
+    config: dict[str, Any]
+    values: tuple[float, ...]  # the sweep metric at epochs 1, 2, ...; the last is its result
+
+
+def warm_start(search_alg: Any, evaluated: list[Evaluated]) -> tuple[int, int]:
+    """Tell the Optuna searcher inside ``search_alg`` the earlier trials that lie in its space,
+    before it proposes: (told, outside the space)."""
+    import optuna
+
+    searcher = getattr(search_alg, "searcher", search_alg)  # inside the ConcurrencyLimiter
+    told = outside = 0
+    for trial in evaluated:
+        encoded = searcher._space.encode(trial.config)  # tuner/spec/optuna_space.py
+        if encoded is None or not trial.values:
+            outside += 1
+            continue
+        params, distributions = encoded
+        searcher._ot_study.add_trial(  # Ray's add_evaluated_point refuses a define-by-run space
+            optuna.trial.create_trial(
+                params=params,
+                distributions=distributions,
+                value=trial.values[-1],
+                intermediate_values=dict(enumerate(trial.values, start=1)),
+            )
+        )
+        told += 1
+    return told, outside

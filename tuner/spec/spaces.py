@@ -10,6 +10,17 @@ naming its distribution::
     optimizer:  {choice: [adam, sgd]}
     batch_size: {grid: [64, 128]}               # every value, num_samples times each
 
+A conditional choice maps each value to the parameters that exist only under it::
+
+    optimizer:
+      choice:
+        sgd:  {momentum: {uniform: [0.8, 0.99]}, lr: {loguniform: [1.0e-3, 1.0e-1]}}
+        adam: {lr: {loguniform: [1.0e-4, 1.0e-2]}}
+
+A trial gets the value taken and that branch's parameters only, as plain names
+(``optimizer: sgd, momentum: 0.93, lr: 0.02``): ``flatten`` turns the nested form the
+searchers sample (``{optimizer: {sgd: {...}}}``) into that.
+
 Ray is imported only when a space is converted, so validation stays light.
 """
 
@@ -34,8 +45,13 @@ KINDS = (*RANGE_KINDS, *LIST_KINDS)
 class ParamSpec:
     """One hyperparameter's distribution: ``kind`` plus its arguments."""
 
-    kind: str  # one of KINDS, or "constant"
-    args: tuple[Any, ...]
+    kind: str  # one of KINDS, "constant", or "branches" (a conditional choice)
+    args: tuple[Any, ...]  # branches: ((value, {name: ParamSpec}), ...)
+
+    @property
+    def branches(self) -> dict[Any, dict[str, ParamSpec]]:
+        """A conditional choice's values, each with the parameters that exist under it."""
+        return dict(self.args) if self.kind == "branches" else {}
 
     @property
     def is_quantized(self) -> bool:
@@ -47,6 +63,8 @@ class ParamSpec:
             return [self.args[0]]
         if self.kind in LIST_KINDS:
             return list(self.args)
+        if self.kind == "branches":
+            return list(self.branches)
         if self.kind == "randint":
             return [self.args[0], self.args[1] - 1]
         return [self.args[0], self.args[1]]
@@ -65,6 +83,10 @@ class ParamSpec:
             "randint": lambda: tune.randint(low, high),
             "choice": lambda: tune.choice(list(self.args)),
             "grid": lambda: tune.grid_search(list(self.args)),
+            # one key per branch keeps its parameters' names apart ("optimizer/sgd/lr" in HyperOpt)
+            "branches": lambda: tune.choice(
+                [{value: to_param_space(params)} for value, params in self.branches.items()]
+            ),
         }
         return builders[self.kind]()
 
@@ -85,11 +107,70 @@ def parse_param(value: Any) -> ParamSpec:
     kind, args = next(iter(value.items()))
     if kind not in KINDS:
         raise ValueError(f"unknown distribution {kind!r}; choose one of: {', '.join(KINDS)}")
+    if kind == "choice" and isinstance(args, dict) and args:
+        return _parse_branches(args)
     if not isinstance(args, list) or not args:
-        raise ValueError(f"{kind} takes a non-empty list, but got {args!r}")
+        also = " or a mapping from each value to its own parameters" if kind == "choice" else ""
+        raise ValueError(f"{kind} takes a non-empty list{also}, but got {args!r}")
     if kind in LIST_KINDS:
         return ParamSpec(kind, tuple(args))
     return ParamSpec(kind, tuple(_check_range(kind, args)))
+
+
+def _parse_branches(branches: dict[Any, Any]) -> ParamSpec:
+    """``{choice: {value: {param: distribution, ...}, ...}}``; a branch without parameters is
+    ``{}`` or empty (``adam:``)."""
+    parsed = []
+    for value, params in branches.items():
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise ValueError(
+                f"choice branch {value!r} maps to its parameters ({{name: distribution}}), but got {params!r}"
+            )
+        specs = {}
+        for name, param in params.items():
+            try:
+                specs[str(name)] = parse_param(param)
+            except ValueError as error:
+                raise ValueError(f"branch {value}: {name}: {error}") from None
+            if specs[str(name)].kind == "grid":
+                raise ValueError(f"branch {value}: {name}: grid values cannot be inside a conditional choice")
+        parsed.append((value, specs))
+    return ParamSpec("branches", tuple(parsed))
+
+
+def flat_specs(specs: dict[str, ParamSpec]) -> dict[str, ParamSpec]:
+    """Every name a trial can get: a conditional choice as a choice of its values, then the
+    parameters under each value (the first branch's distribution where two share a name)."""
+    flat: dict[str, ParamSpec] = {}
+    for name, spec in specs.items():
+        if spec.kind != "branches":
+            flat.setdefault(name, spec)
+            continue
+        flat[name] = ParamSpec("choice", tuple(spec.branches))
+        for params in spec.branches.values():
+            for inner, inner_spec in flat_specs(params).items():
+                flat.setdefault(inner, inner_spec)
+    return flat
+
+
+def is_conditional(specs: dict[str, ParamSpec]) -> bool:
+    return any(spec.kind == "branches" for spec in specs.values())
+
+
+def flatten(config: dict[str, Any], specs: dict[str, ParamSpec]) -> dict[str, Any]:
+    """A sampled config with each conditional choice's ``{value: {params}}`` made plain names."""
+    flat: dict[str, Any] = {}
+    for name, value in config.items():
+        spec = specs.get(name)
+        if spec is not None and spec.kind == "branches" and isinstance(value, dict) and len(value) == 1:
+            ((taken, params),) = value.items()
+            flat[name] = taken
+            flat.update(flatten(params, spec.branches.get(taken, {})))
+        else:
+            flat[name] = value
+    return flat
 
 
 def _check_range(kind: str, args: list[Any]) -> list[Any]:

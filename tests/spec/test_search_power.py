@@ -1,0 +1,272 @@
+"""Issue 26's search side, without Ray: conditional spaces through every searcher that takes
+one, Optuna's samplers, a warm start told to the searcher, what ``searcher: auto`` picks,
+PB2's bounds, and the one-line refusals of combinations that cannot work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tuner.errors import ConfigError
+from tuner.spec import auto, config, schedulers, searchers, spaces
+from tuner.spec.optuna_space import OptunaSpace
+from tuner.spec.yamlio import load_yaml
+
+METRIC, MODE = "val_accuracy", "max"
+
+CONDITIONAL = {
+    "optimizer": {
+        "choice": {
+            "sgd": {"momentum": {"uniform": [0.8, 0.99]}, "lr": {"loguniform": [1.0e-3, 1.0e-1]}},
+            "adam": {"lr": {"loguniform": [1.0e-4, 1.0e-2]}},
+        }
+    },
+    "dropout": {"uniform": [0.0, 0.5]},
+}
+
+
+def sweep(params: dict[str, Any], searcher: dict[str, Any] | str = "random", **sections: Any) -> config.SweepConfig:
+    searcher = {"name": searcher} if isinstance(searcher, str) else searcher
+    return config.SweepConfig.model_validate(
+        {"name": "search_test", "train": {"epochs": 4}, "searcher": searcher, "space": {"params": params}, **sections}
+    )
+
+
+def suggest(built: config.SweepConfig, count: int) -> list[dict[str, Any]]:
+    """What the sweep's searcher proposes for ``count`` trials, told a result after each."""
+    search_alg = searchers.build_searcher(built, 2)
+    if searchers.holds_space(built):
+        search_alg.set_search_properties(METRIC, MODE, {})
+    else:
+        search_alg.set_search_properties(METRIC, MODE, spaces.to_param_space(built.param_specs()))
+    found = []
+    for index in range(count):
+        proposed = search_alg.suggest(f"t{index}")
+        found.append(proposed)
+        search_alg.on_trial_complete(f"t{index}", {METRIC: 0.5 + 0.01 * index, "training_iteration": 4})
+    return found
+
+
+# --- conditional spaces ---------------------------------------------------------------------------
+def test_a_conditional_choice_parses_to_its_branches():
+    spec = spaces.parse_param(CONDITIONAL["optimizer"])
+    assert spec.kind == "branches"
+    assert set(spec.branches) == {"sgd", "adam"}
+    assert spec.branches["sgd"]["lr"] == spaces.ParamSpec("loguniform", (1.0e-3, 1.0e-1))
+    assert spaces.parse_param({"choice": {"adam": None}}).branches == {"adam": {}}
+
+
+def test_flatten_gives_the_branch_taken_and_its_parameters_as_plain_names():
+    specs = {name: spaces.parse_param(value) for name, value in CONDITIONAL.items()}
+    nested = {"optimizer": {"sgd": {"momentum": 0.9, "lr": 0.01}}, "dropout": 0.2}
+    assert spaces.flatten(nested, specs) == {"optimizer": "sgd", "momentum": 0.9, "lr": 0.01, "dropout": 0.2}
+    flat = spaces.flat_specs(specs)
+    assert list(flat) == ["optimizer", "momentum", "lr", "dropout"]
+    assert flat["optimizer"] == spaces.ParamSpec("choice", ("sgd", "adam"))
+
+
+@pytest.mark.parametrize("searcher", ["random", "optuna", "hyperopt"])
+def test_every_searcher_that_takes_a_conditional_space_gives_only_the_branch_taken(searcher):
+    proposed = suggest(sweep(CONDITIONAL, searcher), 12)
+    for config in proposed:
+        assert 0.0 <= config["dropout"] <= 0.5
+        if config["optimizer"] == "sgd":
+            assert set(config) == {"optimizer", "momentum", "lr", "dropout"}
+            assert 0.8 <= config["momentum"] <= 0.99 and 1.0e-3 <= config["lr"] <= 1.0e-1
+        else:
+            assert config["optimizer"] == "adam"
+            assert set(config) == {"optimizer", "lr", "dropout"}
+            assert 1.0e-4 <= config["lr"] <= 1.0e-2
+    assert {config["optimizer"] for config in proposed} == {"sgd", "adam"}
+    assert proposed == suggest(sweep(CONDITIONAL, searcher), 12), "seeded by the sweep"
+
+
+def test_a_nested_conditional_choice_reaches_the_trial_flat():
+    params = {"optimizer": {"choice": {"sgd": {"lr_schedule": {"choice": {"step": None, "cosine": None}}}, "adam": {}}}}
+    for proposed in suggest(sweep(params, "optuna"), 10):
+        assert set(proposed) in ({"optimizer", "lr_schedule"}, {"optimizer"})
+        assert ("lr_schedule" in proposed) == (proposed["optimizer"] == "sgd")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"searcher": "grid"}, r"space.params.optimizer: a conditional choice needs searcher random, optuna or "
+         r"hyperopt; searcher 'grid' cannot take one"),
+        ({"searcher": "bohb", "scheduler": {"name": "bohb"}}, r"searcher 'bohb' cannot take one"),
+        ({"scheduler": {"name": "pbt"}}, r"space.params.optimizer: scheduler 'pbt' mutates parameters every trial"),
+        ({"scheduler": {"name": "pb2"}}, r"scheduler 'pb2' mutates parameters every trial has"),
+        ({"params": {**CONDITIONAL, "lr": 0.01}}, r"space.params.optimizer.sgd.lr: 'lr' is already a parameter "
+         r"outside this branch"),
+        ({"params": {"optimizer": {"choice": {"sgd": {"optimizer": "adam"}}}}}, r"'optimizer' is already a "
+         r"parameter outside this branch"),
+        ({"params": {"optimizer": {"choice": {"sgd": {"batch_size": {"grid": [32, 64]}}}}}},
+         r"branch sgd: batch_size: grid values cannot be inside a conditional choice"),
+        ({"params": {"optimizer": {"choice": {"sgd": {"momentum": 2.0}}}}},
+         r"space.params.optimizer.sgd.momentum: value 2.0 is invalid"),
+        ({"params": {"optimizer": {"choice": {"sgd": {"momentom": 0.9}}}}},
+         r"space.params.optimizer.sgd.momentom: not a hyperparameter of model 'cnn'; did you mean 'momentum'"),
+        ({"params": {"optimizer": {"choice": {"rmsprop": {}}}}}, r"space.params.optimizer: value 'rmsprop' is invalid"),
+        ({"params": {"optimizer": {"choice": {"sgd": [0.9]}}}}, r"choice branch 'sgd' maps to its parameters"),
+    ],
+    ids=["grid", "bohb", "pbt", "pb2", "name-outside", "name-of-choice", "grid-inside", "bad-value", "unknown-name",
+         "bad-branch", "branch-not-mapping"],
+)
+def test_what_cannot_take_a_conditional_space_is_refused_in_one_line(change, message):
+    searcher = change.get("searcher", "random")
+    sections = {"scheduler": change["scheduler"]} if "scheduler" in change else {}
+    with pytest.raises(Exception, match=message) as raised:
+        sweep(change.get("params", CONDITIONAL), searcher, **sections)
+    assert "\n" not in str(raised.value.errors()[0]["msg"])
+
+
+def test_a_conditional_space_written_in_a_file_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "grid.yaml"
+    path.write_text(
+        "name: grid\nsearcher: {name: grid}\nspace:\n  params:\n    optimizer:\n      choice:\n"
+        "        sgd: {momentum: {uniform: [0.8, 0.99]}}\n        adam: {}\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        config.load_sweep(str(path))
+    assert str(raised.value).startswith(f"{path}:5: space.params.optimizer: a conditional choice needs searcher")
+
+
+# --- Optuna's samplers ------------------------------------------------------------------------------
+FLAT = {
+    "lr": {"loguniform": [1.0e-4, 1.0e-2]},
+    "dropout": {"uniform": [0.0, 0.5]},
+    "conv1": {"randint": [8, 33]},
+    "hidden": {"quniform": [64, 256, 32]},
+}
+
+
+@pytest.mark.parametrize("sampler", config.OPTUNA_SAMPLERS)
+def test_every_optuna_sampler_suggests_inside_the_space_and_is_seeded(sampler):
+    built = sweep(FLAT, {"name": "optuna", "sampler": sampler, "n_startup_trials": 2})
+    inner = searchers.build_searcher(built, 2).searcher
+    assert type(inner._ot_study.sampler).__name__.lower().startswith(
+        {"tpe": "tpe", "cmaes": "cmaes", "gp": "gp", "qmc": "qmc", "nsga2": "nsgaii", "random": "random"}[sampler]
+    )
+    proposed = suggest(built, 5)
+    for config_ in proposed:
+        assert 1.0e-4 <= config_["lr"] <= 1.0e-2 and 0.0 <= config_["dropout"] <= 0.5
+        assert 8 <= config_["conv1"] <= 32 and isinstance(config_["conv1"], int)
+        assert config_["hidden"] in (64, 96, 128, 160, 192, 224, 256)
+    assert proposed == suggest(built, 5)
+    assert len({c["lr"] for c in proposed}) >= 4  # a GP may ask for a bound twice
+
+
+def test_an_unknown_sampler_is_refused_naming_the_choices():
+    with pytest.raises(Exception, match=r"'tpe', 'cmaes', 'gp', 'qmc', 'nsga2' or 'random'"):
+        sweep(FLAT, {"name": "optuna", "sampler": "smac"})
+
+
+def test_a_choice_of_lists_goes_to_optuna_by_its_index():
+    params = {"augment": {"choice": [[], ["random_crop"]]}, "optimizer": {"choice": ["adam", "sgd"]}}
+    proposed = suggest(sweep(params, "optuna"), 8)
+    assert {tuple(c["augment"]) for c in proposed} == {(), ("random_crop",)}
+    assert {c["optimizer"] for c in proposed} == {"adam", "sgd"}
+
+
+# --- warm start --------------------------------------------------------------------------------------
+def test_a_warm_start_tells_optuna_the_trials_inside_its_space():
+    built = sweep(CONDITIONAL, {"name": "optuna", "n_startup_trials": 0})
+    search_alg = searchers.build_searcher(built, 2)
+    earlier = [
+        searchers.Evaluated({"optimizer": "sgd", "momentum": 0.9, "lr": 0.05, "dropout": 0.1}, (0.5, 0.9)),
+        searchers.Evaluated({"optimizer": "adam", "lr": 0.001, "dropout": 0.3}, (0.4, 0.6)),
+        searchers.Evaluated({"optimizer": "adam", "lr": 0.5, "dropout": 0.3}, (0.7,)),  # lr outside adam's range
+        searchers.Evaluated({"optimizer": "rmsprop", "lr": 0.001, "dropout": 0.3}, (0.7,)),  # no such branch
+    ]
+    assert searchers.warm_start(search_alg, earlier) == (2, 2)
+    study = search_alg.searcher._ot_study
+    told = study.get_trials()
+    assert [t.value for t in told] == [0.9, 0.6]
+    assert told[0].params == {"optimizer": "sgd", "optimizer.sgd.momentum": 0.9, "optimizer.sgd.lr": 0.05, "dropout": 0.1}
+    assert told[0].intermediate_values == {1: 0.5, 2: 0.9}
+    assert study.best_trial.params["optimizer"] == "sgd"
+    # TPE takes over at once (n_startup_trials 0): its first proposal learns from the two told
+    proposed = search_alg.suggest("t0")
+    assert proposed["optimizer"] in ("sgd", "adam")
+    assert len(study.get_trials()) == 3
+
+
+def test_encode_goes_back_to_the_values_a_space_suggested():
+    specs = config.SweepConfig.model_validate(
+        {"name": "x", "space": {"params": {**FLAT, "augment": {"choice": [[], ["random_crop"]]}}}}
+    ).param_specs()
+    space = OptunaSpace(specs)
+    encoded = space.encode({"lr": 0.001, "dropout": 0.2, "conv1": 32, "hidden": 128.0, "augment": ["random_crop"]})
+    assert encoded is not None
+    params, distributions = encoded
+    assert params == {"lr": 0.001, "dropout": 0.2, "conv1": 32, "hidden": 128.0, "augment": 1}
+    assert space.encode({"lr": 0.001, "dropout": 0.2, "conv1": 33, "hidden": 128.0, "augment": []}) is None  # high excl.
+
+
+def test_warm_start_is_refused_where_no_result_is_learned_from():
+    with pytest.raises(Exception, match=r"searcher.warm_start: the qmc sampler draws a fixed sequence"):
+        sweep(FLAT, {"name": "optuna", "sampler": "qmc", "warm_start": "runs/x"})
+    with pytest.raises(Exception, match=r"searcher.warm_start: searcher 'random' cannot be told earlier results"):
+        sweep(FLAT, {"name": "random", "warm_start": "runs/x"})
+
+
+# --- auto ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("params", "trials", "epochs", "scheduler", "searcher", "picked_scheduler"),
+    [
+        (FLAT, 20, 1, None, {"name": "optuna", "sampler": "gp"}, "fifo"),
+        (FLAT, 20, 6, None, {"name": "optuna", "sampler": "tpe"}, "asha"),
+        (FLAT, 100, 1, None, {"name": "optuna", "sampler": "tpe"}, "fifo"),
+        (CONDITIONAL, 20, 1, None, {"name": "optuna", "sampler": "tpe"}, "fifo"),
+        ({**FLAT, "optimizer": {"choice": ["adam", "sgd"]}}, 4, 2, None, {"name": "optuna", "sampler": "tpe"}, "fifo"),
+        ({**FLAT, "batch_size": {"grid": [32, 64]}}, 4, 4, None, {"name": "random"}, "fifo"),
+        (FLAT, 20, 6, {"name": "median"}, {"name": "optuna", "sampler": "tpe"}, "median"),
+    ],
+    ids=["few-numeric", "with-asha", "many-trials", "conditional", "choices", "grid", "file-scheduler"],
+)
+def test_auto_picks_from_the_space_budget_and_epochs(params, trials, epochs, scheduler, searcher, picked_scheduler):
+    sections = {"trials": {"num_samples": trials}, "train": {"epochs": epochs}}
+    if scheduler:
+        sections["scheduler"] = scheduler
+    built = config.SweepConfig.model_validate(
+        {"name": "auto_test", "searcher": {"name": "auto"}, "space": {"params": params}, **sections}
+    )
+    assert {"name": built.searcher.name, "sampler": getattr(built.searcher, "sampler", None)} == {"sampler": None} | searcher
+    assert built.scheduler.name == picked_scheduler
+    assert built.picked.startswith("auto picked searcher " + searcher["name"])
+    dumped = built.model_dump(mode="json", exclude_unset=True)
+    assert dumped["searcher"]["name"] != "auto" and dumped["scheduler"]["name"] == picked_scheduler
+
+
+def test_auto_says_why_and_keeps_a_warm_start():
+    built = sweep(FLAT, {"name": "auto", "warm_start": "runs/earlier"}, trials={"num_samples": 30})
+    assert built.searcher.name == "optuna" and built.searcher.warm_start == "runs/earlier"
+    assert "trials stopped early report partial values" in built.picked  # ASHA on: TPE, not a GP
+    assert built.picked.endswith("ASHA stops the worst trials early (30 trials of 4 epochs)")
+    choice = auto.pick(built.param_specs(), trials=30, epochs=4, scheduler_given=False)
+    assert choice.scheduler == {"name": "asha", "grace_period": 1, "reduction_factor": 3}
+
+
+# --- PB2 -----------------------------------------------------------------------------------------------
+def test_pb2_explores_the_bounds_of_the_numeric_parameters():
+    built = sweep({**FLAT, "optimizer": {"choice": ["adam", "sgd"]}}, scheduler={"name": "pb2"})
+    assert schedulers.pb2_bounds(built) == {
+        "lr": [1.0e-4, 1.0e-2],
+        "dropout": [0.0, 0.5],
+        "conv1": [8, 32],
+        "hidden": [64, 256],
+    }
+    scheduler = schedulers.build_scheduler(built)
+    assert scheduler._hyperparam_bounds == schedulers.pb2_bounds(built)
+
+
+def test_pb2_without_a_numeric_parameter_is_refused():
+    with pytest.raises(Exception, match=r"space.params: pb2 explores within the bounds of numeric parameters"):
+        sweep({"optimizer": {"choice": ["adam", "sgd"]}}, scheduler={"name": "pb2"})
+
+
+def test_every_new_experiment_file_validates():
+    for name in ("mnist_conditional", "mnist_auto", "mnist_optuna_gp", "mnist_pb2"):
+        built = config.load_sweep(name)
+        assert load_yaml(config.resolve_sweep_path(name)).data["name"] == built.name

@@ -1,0 +1,48 @@
+"""``searcher.warm_start``: an earlier sweep's finished trials, read from its folder before
+anything is written, for the searcher to learn from before it proposes (Optuna is told
+them as completed trials, with their values per epoch: tuner/spec/searchers.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuner.errors import ConfigError, TunerError
+from tuner.folder import records
+from tuner.results.summaries import open_sweep, trial_summaries
+from tuner.spec.config import SweepConfig
+from tuner.spec.searchers import Evaluated
+
+ENDED = ("finished", "stopped_early")
+
+
+def earlier_trials(sweep: SweepConfig) -> list[Evaluated]:
+    """The trials of ``searcher.warm_start`` that ended with the sweep's metric; [] without one."""
+    where = getattr(sweep.searcher, "warm_start", None)
+    if where is None:
+        return []
+    try:
+        earlier, paths = open_sweep(Path(where).expanduser())
+    except TunerError as error:
+        raise sweep.locate(ConfigError(f"searcher.warm_start: {error}")) from None
+    if (earlier.metric, earlier.mode) != (sweep.metric, sweep.mode):
+        raise sweep.locate(
+            ConfigError(
+                f"searcher.warm_start: {paths.where} {earlier.mode}imised {earlier.metric}, but this sweep "
+                f"{sweep.mode}imises {sweep.metric}; its results would mislead the searcher"
+            )
+        )
+    histories = records.trial_histories(paths)
+    evaluated = []
+    for trial in trial_summaries(earlier, paths, histories):
+        values = tuple(
+            float(row[sweep.metric])
+            for row in histories.get(trial.trial_id, [])
+            if isinstance(row.get(sweep.metric), (int, float))
+        )
+        if trial.status in ENDED and values:
+            evaluated.append(Evaluated(dict(trial.config), values))
+    if not evaluated:
+        raise sweep.locate(
+            ConfigError(f"searcher.warm_start: {paths.where} has no trial that ended with {sweep.metric} to start from")
+        )
+    return evaluated
