@@ -198,6 +198,7 @@ def test_ray_datas_parallel_decode_gives_the_same_pixels_in_the_same_order(small
     """Sweeps use it where decoding in the driver would take over 20 s (large sets):
     the same array as decoding here."""
     from tuner.data import sources
+
     listing = sources.list_image_folder(str(digits / "folder")).splits["train"]
     parallel = sources.decode_in_parallel(listing, 20, 1)  # resized, so the decoder does real work
     assert parallel.shape == (2700, 1, 20, 20)

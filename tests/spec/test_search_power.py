@@ -69,16 +69,16 @@ def test_flatten_gives_the_branch_taken_and_its_parameters_as_plain_names():
 @pytest.mark.parametrize("searcher", ["random", "optuna", "hyperopt"])
 def test_every_searcher_that_takes_a_conditional_space_gives_only_the_branch_taken(searcher):
     proposed = suggest(sweep(CONDITIONAL, searcher), 12)
-    for config in proposed:
-        assert 0.0 <= config["dropout"] <= 0.5
-        if config["optimizer"] == "sgd":
-            assert set(config) == {"optimizer", "momentum", "lr", "dropout"}
-            assert 0.8 <= config["momentum"] <= 0.99 and 1.0e-3 <= config["lr"] <= 1.0e-1
+    for trial in proposed:
+        assert 0.0 <= trial["dropout"] <= 0.5
+        if trial["optimizer"] == "sgd":
+            assert set(trial) == {"optimizer", "momentum", "lr", "dropout"}
+            assert 0.8 <= trial["momentum"] <= 0.99 and 1.0e-3 <= trial["lr"] <= 1.0e-1
         else:
-            assert config["optimizer"] == "adam"
-            assert set(config) == {"optimizer", "lr", "dropout"}
-            assert 1.0e-4 <= config["lr"] <= 1.0e-2
-    assert {config["optimizer"] for config in proposed} == {"sgd", "adam"}
+            assert trial["optimizer"] == "adam"
+            assert set(trial) == {"optimizer", "lr", "dropout"}
+            assert 1.0e-4 <= trial["lr"] <= 1.0e-2
+    assert {trial["optimizer"] for trial in proposed} == {"sgd", "adam"}
     assert proposed == suggest(sweep(CONDITIONAL, searcher), 12), "seeded by the sweep"
 
 
@@ -92,26 +92,52 @@ def test_a_nested_conditional_choice_reaches_the_trial_flat():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"searcher": "grid"}, r"space.params.optimizer: a conditional choice needs searcher random, optuna or "
-         r"hyperopt; searcher 'grid' cannot take one"),
+        (
+            {"searcher": "grid"},
+            r"space.params.optimizer: a conditional choice needs searcher random, optuna or "
+            r"hyperopt; searcher 'grid' cannot take one",
+        ),
         ({"searcher": "bohb", "scheduler": {"name": "bohb"}}, r"searcher 'bohb' cannot take one"),
         ({"scheduler": {"name": "pbt"}}, r"space.params.optimizer: scheduler 'pbt' mutates parameters every trial"),
         ({"scheduler": {"name": "pb2"}}, r"scheduler 'pb2' mutates parameters every trial has"),
-        ({"params": {**CONDITIONAL, "lr": 0.01}}, r"space.params.optimizer.sgd.lr: 'lr' is already a parameter "
-         r"outside this branch"),
-        ({"params": {"optimizer": {"choice": {"sgd": {"optimizer": "adam"}}}}}, r"'optimizer' is already a "
-         r"parameter outside this branch"),
-        ({"params": {"optimizer": {"choice": {"sgd": {"batch_size": {"grid": [32, 64]}}}}}},
-         r"branch sgd: batch_size: grid values cannot be inside a conditional choice"),
-        ({"params": {"optimizer": {"choice": {"sgd": {"momentum": 2.0}}}}},
-         r"space.params.optimizer.sgd.momentum: value 2.0 is invalid"),
-        ({"params": {"optimizer": {"choice": {"sgd": {"momentom": 0.9}}}}},
-         r"space.params.optimizer.sgd.momentom: not a hyperparameter of model 'cnn'; did you mean 'momentum'"),
+        (
+            {"params": {**CONDITIONAL, "lr": 0.01}},
+            r"space.params.optimizer.sgd.lr: 'lr' is already a parameter "
+            r"outside this branch",
+        ),
+        (
+            {"params": {"optimizer": {"choice": {"sgd": {"optimizer": "adam"}}}}},
+            r"'optimizer' is already a "
+            r"parameter outside this branch",
+        ),
+        (
+            {"params": {"optimizer": {"choice": {"sgd": {"batch_size": {"grid": [32, 64]}}}}}},
+            r"branch sgd: batch_size: grid values cannot be inside a conditional choice",
+        ),
+        (
+            {"params": {"optimizer": {"choice": {"sgd": {"momentum": 2.0}}}}},
+            r"space.params.optimizer.sgd.momentum: value 2.0 is invalid",
+        ),
+        (
+            {"params": {"optimizer": {"choice": {"sgd": {"momentom": 0.9}}}}},
+            r"space.params.optimizer.sgd.momentom: not a hyperparameter of model 'cnn'; did you mean 'momentum'",
+        ),
         ({"params": {"optimizer": {"choice": {"rmsprop": {}}}}}, r"space.params.optimizer: value 'rmsprop' is invalid"),
         ({"params": {"optimizer": {"choice": {"sgd": [0.9]}}}}, r"choice branch 'sgd' maps to its parameters"),
     ],
-    ids=["grid", "bohb", "pbt", "pb2", "name-outside", "name-of-choice", "grid-inside", "bad-value", "unknown-name",
-         "bad-branch", "branch-not-mapping"],
+    ids=[
+        "grid",
+        "bohb",
+        "pbt",
+        "pb2",
+        "name-outside",
+        "name-of-choice",
+        "grid-inside",
+        "bad-value",
+        "unknown-name",
+        "bad-branch",
+        "branch-not-mapping",
+    ],
 )
 def test_what_cannot_take_a_conditional_space_is_refused_in_one_line(change, message):
     searcher = change.get("searcher", "random")
@@ -145,8 +171,12 @@ FLAT = {
 def test_every_optuna_sampler_suggests_inside_the_space_and_is_seeded(sampler):
     built = sweep(FLAT, {"name": "optuna", "sampler": sampler, "n_startup_trials": 2})
     inner = searchers.build_searcher(built, 2).searcher
-    assert type(inner._ot_study.sampler).__name__.lower().startswith(
-        {"tpe": "tpe", "cmaes": "cmaes", "gp": "gp", "qmc": "qmc", "nsga2": "nsgaii", "random": "random"}[sampler]
+    assert (
+        type(inner._ot_study.sampler)
+        .__name__.lower()
+        .startswith(
+            {"tpe": "tpe", "cmaes": "cmaes", "gp": "gp", "qmc": "qmc", "nsga2": "nsgaii", "random": "random"}[sampler]
+        )
     )
     proposed = suggest(built, 5)
     for config_ in proposed:
@@ -183,7 +213,8 @@ def test_a_warm_start_tells_optuna_the_trials_inside_its_space():
     study = search_alg.searcher._ot_study
     told = study.get_trials()
     assert [t.value for t in told] == [0.9, 0.6]
-    assert told[0].params == {"optimizer": "sgd", "optimizer.sgd.momentum": 0.9, "optimizer.sgd.lr": 0.05, "dropout": 0.1}
+    sgd = {"optimizer": "sgd", "optimizer.sgd.momentum": 0.9, "optimizer.sgd.lr": 0.05, "dropout": 0.1}
+    assert told[0].params == sgd  # Optuna names a branch's parameters by their path
     assert told[0].intermediate_values == {1: 0.5, 2: 0.9}
     assert study.best_trial.params["optimizer"] == "sgd"
     # TPE takes over at once (n_startup_trials 0): its first proposal learns from the two told
@@ -201,7 +232,8 @@ def test_encode_goes_back_to_the_values_a_space_suggested():
     assert encoded is not None
     params, distributions = encoded
     assert params == {"lr": 0.001, "dropout": 0.2, "conv1": 32, "hidden": 128.0, "augment": 1}
-    assert space.encode({"lr": 0.001, "dropout": 0.2, "conv1": 33, "hidden": 128.0, "augment": []}) is None  # high excl.
+    outside = {"lr": 0.001, "dropout": 0.2, "conv1": 33, "hidden": 128.0, "augment": []}  # randint's high: excluded
+    assert space.encode(outside) is None
 
 
 def test_warm_start_is_refused_where_no_result_is_learned_from():
@@ -232,7 +264,8 @@ def test_auto_picks_from_the_space_budget_and_epochs(params, trials, epochs, sch
     built = config.SweepConfig.model_validate(
         {"name": "auto_test", "searcher": {"name": "auto"}, "space": {"params": params}, **sections}
     )
-    assert {"name": built.searcher.name, "sampler": getattr(built.searcher, "sampler", None)} == {"sampler": None} | searcher
+    picked = {"name": built.searcher.name, "sampler": getattr(built.searcher, "sampler", None)}
+    assert picked == {"sampler": None} | searcher
     assert built.scheduler.name == picked_scheduler
     assert built.picked.startswith("auto picked searcher " + searcher["name"])
     dumped = built.model_dump(mode="json", exclude_unset=True)

@@ -153,7 +153,10 @@ def test_to_param_space_converts_every_parameter():
             r"randint, choice, grid$",
         ),
         ({"uniform": 0.5}, r"uniform takes a non-empty list, but got 0\.5"),
-        ({"choice": []}, r"choice takes a non-empty list or a mapping from each value to its own parameters, but got \[\]"),
+        (
+            {"choice": []},
+            r"choice takes a non-empty list or a mapping from each value to its own parameters, but got \[\]",
+        ),
         ({"grid": "abc"}, r"grid takes a non-empty list, but got 'abc'"),
         ({"uniform": [0.1]}, r"uniform takes \[low, high\] as numbers, but got \[0\.1\]"),
         ({"uniform": [0.1, 0.2, 0.3]}, r"uniform takes \[low, high\] as numbers, but got \[0\.1, 0\.2, 0\.3\]"),
