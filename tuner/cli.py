@@ -263,6 +263,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if any(t.best_value is not None for t in summaries):
         best = best_trial(sweep, paths, summaries)
         print(f"best so far: {best.trial_id} at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}")
+        _print_front(sweep, paths)
     hint = how_to_continue(sweep, paths, summaries, args.folder)
     if hint:
         print(hint)
@@ -287,6 +288,7 @@ def cmd_best(args: argparse.Namespace) -> int:
         metrics = read_json(exported, what="export's metrics.json")
         if metrics.get("trial_id") == best.trial_id and metrics.get("test_accuracy") is not None:
             print(f"test_accuracy: {metrics['test_accuracy']:.4f} (exported in {_best_where(paths)})")
+    _print_front(sweep, paths)
     return 0
 
 
@@ -371,6 +373,15 @@ def cmd_ui(args: argparse.Namespace) -> int:
     )
 
 
+def _print_front(sweep: Any, paths: Any) -> None:
+    """Several objectives: the Pareto front and the point the sweep's rule takes."""
+    if sweep.objectives:
+        from tuner.folder.records import trial_histories
+        from tuner.results.front import front_lines
+
+        print("\n".join(front_lines(sweep, trial_histories(paths))))
+
+
 def _best_where(paths: Any) -> str:
     """Where a sweep's best/ is, as users reach it: at its URI, else on disk."""
     from tuner.folder.remote import join
@@ -388,6 +399,8 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bo
     if hyper:  # nothing searched: no line
         print("  hyperparameters: " + ", ".join(f"{k}={_short(v)}" for k, v in hyper.items()))
     print(f"  exported to {_best_where(paths)}")
+    if sweep.objectives and not paths.remote:
+        _print_front(sweep, paths)
     if metrics.get("model_version"):
         from tuner.tracking.mlflow_runs import registered_model_name, tracking_uri
 

@@ -74,6 +74,7 @@ def build_tuner(
         own=own_loop(sweep),
         code=code,
         trials_dir=None if paths.remote else str(paths.tune),
+        measure_latency="latency_ms" in (sweep.metric, *(o.metric for o in sweep.objectives)),
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),

@@ -195,7 +195,7 @@ def _reporter(sweep: SweepConfig, paths: SweepFolder) -> Any:
 
     searched = [name for name, spec in sweep.flat_specs().items() if spec.kind != "constant"]
     progress = Progress(sweep.name, sweep.metric, sweep.mode, sweep.total_trials, sweep.max_epochs, searched)
-    best = records.best_epoch(records.trial_histories(paths), sweep.metric, sweep.mode)
+    best = sweep.best_epoch(records.trial_histories(paths))
     if best is not None:
         progress.seed(best)
     return Reporter(progress)

@@ -7,13 +7,16 @@ the one definition of "best" that status, best, export, report and MLflow all us
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.folder import pareto
 from tuner.folder.store import (
     SweepFolder,
     append_line,
@@ -166,14 +169,29 @@ class BestEpoch:
     epoch: int  # Tune's training_iteration
     value: float
     row: dict[str, Any]
+    rule: str = ""  # several objectives: how it was taken from the Pareto front (tuner/folder/pareto.py)
 
 
-def best_epoch(histories: dict[str, list[dict[str, Any]]], metric: str, mode: str) -> BestEpoch | None:
+def best_epoch(
+    histories: dict[str, list[dict[str, Any]]],
+    metric: str,
+    mode: str,
+    objectives: Sequence[tuple[str, str]] = (),
+    rule: pareto.Rule | None = None,
+) -> BestEpoch | None:
     """The sweep's metric, by its mode, over every epoch of every trial.
 
     Ties go to the first in trial-id order, then epoch order, so every caller (status,
-    best, export, MLflow) names the same trial and epoch.
+    best, export, MLflow) names the same trial and epoch. With several ``objectives``
+    (metric is the first): the point ``rule`` takes from the front of every trial's best
+    epoch by the first (``pareto_points``).
     """
+    if objectives:
+        points = pareto_points(histories, metric, mode, objectives)
+        if not points:
+            return None
+        chosen, applied = pareto.choose(points, objectives, rule or pareto.Rule())
+        return dataclasses.replace(chosen, rule=applied)
     better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
     best: BestEpoch | None = None
     for trial_id in sorted(histories):
@@ -184,6 +202,23 @@ def best_epoch(histories: dict[str, list[dict[str, Any]]], metric: str, mode: st
             if best is None or better(value, best.value):
                 best = BestEpoch(trial_id, int(row["training_iteration"]), float(value), row)
     return best
+
+
+def pareto_points(
+    histories: dict[str, list[dict[str, Any]]], metric: str, mode: str, objectives: Sequence[tuple[str, str]]
+) -> list[BestEpoch]:
+    """Each trial's best epoch by ``metric``, where that row holds every objective: the
+    candidates of the Pareto front (the front itself: ``pareto.front``)."""
+    points = []
+    for trial_id in sorted(histories):
+        best = best_epoch({trial_id: histories[trial_id]}, metric, mode)
+        if best is not None and all(_number(best.row.get(name)) for name, _ in objectives):
+            points.append(best)
+    return points
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 STATE_COPY_SUFFIX = ".tuner-copy"

@@ -124,7 +124,7 @@ def _of_own_code(folder: Path) -> bool:
 
 
 def best_trial_checkpoint(
-    results: Any, paths: Any, metric: str, mode: str, *, required: bool = True
+    results: Any, paths: Any, sweep: Any, *, required: bool = True
 ) -> tuple[Any, Any, dict[str, Any]]:
     """The best trial and epoch (tuner.folder.records.best_epoch) and its checkpoint at that epoch.
 
@@ -132,27 +132,30 @@ def best_trial_checkpoint(
     trial's kept ones. Not ``required`` (a user's function that saves none): None, and
     the epoch's metrics from the history.
     """
-    from tuner.folder.records import best_epoch, trial_histories
+    from tuner.folder.records import trial_histories
+
+    metric, mode = sweep.metric, sweep.mode
 
     # Only the experiment's trials: a trial that reported, then was lost with a crash
     # before Tune saved it, left a history no restored trial continues.
     in_experiment = {r.metrics.get("trial_id") for r in results if r.metrics}
     histories = {k: v for k, v in trial_histories(paths).items() if k in in_experiment}
-    best_row = best_epoch(histories, metric, mode)
+    best_row = sweep.best_epoch(histories)  # several objectives: the point `select` takes from the front
     if best_row is None:
         raise TunerError(f"{paths.where}: no trial reported {metric!r} yet; nothing to export")
     best = next((r for r in results if r.metrics and r.metrics.get("trial_id") == best_row.trial_id), None)
     if best is None:
         raise TunerError(f"{paths.where}: trial {best_row.trial_id} is not in the Tune experiment; nothing to export")
     scored = [(c, m) for c, m in best.best_checkpoints if metric in m]
+    chosen = {"selected_by": best_row.rule} if best_row.rule else {}
     if not scored and not required:
-        return best, None, {**best_row.row, "trial_id": best_row.trial_id}
+        return best, None, {**best_row.row, "trial_id": best_row.trial_id, **chosen}
     if not scored:
         raise TunerError(f"{paths.where}: trial {best_row.trial_id} kept no checkpoint; nothing to export")
     at_epoch = [(c, m) for c, m in scored if m.get("training_iteration") == best_row.epoch]
     pick = max if mode == "max" else min
     checkpoint, metrics = pick(at_epoch or scored, key=lambda pair: pair[1][metric])
-    return best, checkpoint, metrics
+    return best, checkpoint, {**metrics, **chosen}
 
 
 def export_best(
@@ -176,7 +179,7 @@ def export_best(
 
     to = Path(to or paths.best)
     check_destination(to, overwrite=overwrite)
-    best, checkpoint, val_metrics = best_trial_checkpoint(results, paths, sweep.metric, sweep.mode)
+    best, checkpoint, val_metrics = best_trial_checkpoint(results, paths, sweep)
     setup = TrialSetup(
         model_name=sweep.model.name,
         model_defaults=sweep.model.model_dump(exclude={"name"}),
@@ -204,7 +207,7 @@ def export_best(
         "model": {"name": sweep.model.name, "options": model_options},
         "train": train,
         "data": described,
-        "metric": {"name": sweep.metric, "mode": sweep.mode},
+        "metric": objectives_record(sweep, val_metrics),
     }
     with checkpoint.as_directory() as folder:  # a checkpoint at a storage URI is fetched first
         state = _load_checkpoint(folder)
@@ -228,6 +231,7 @@ def export_best(
         "val_accuracy": float(val_metrics["val_accuracy"]),
         "val_loss": float(val_metrics["val_loss"]),
         "train_loss": float(val_metrics["train_loss"]),
+        **{o.metric: float(val_metrics[o.metric]) for o in sweep.objectives},  # params, latency_ms
         "test_accuracy": test_accuracy,
         "test_loss": test_loss,
         "test_images": test_images,
@@ -238,6 +242,16 @@ def export_best(
     exported.metrics = metrics
     exported.example = example
     return exported
+
+
+def objectives_record(sweep: Any, val_metrics: dict[str, Any]) -> dict[str, Any]:
+    """config.yaml's ``metric``: the sweep's metric, and with several objectives every one
+    and the rule that took the exported point from the Pareto front."""
+    record: dict[str, Any] = {"name": sweep.metric, "mode": sweep.mode}
+    if sweep.objectives:
+        record["objectives"] = [{"name": o.metric, "mode": o.mode} for o in sweep.objectives]
+        record["selected_by"] = val_metrics.get("selected_by", "")
+    return record
 
 
 def code_folder(sweep: Any, paths: Any) -> Path | None:

@@ -26,6 +26,7 @@ from tuner.results.export import (
     check_destination,
     code_folder,
     evaluate_chunks,
+    objectives_record,
     write_package,
 )
 from tuner.trial.context import CHECKPOINT_RECORD
@@ -41,9 +42,7 @@ def export_best(
         raise TunerError(f"--format {format}: a sweep of your own code exports state_dict only")
     to = Path(to or paths.best)
     check_destination(to, overwrite=overwrite)
-    best, checkpoint, val_metrics = best_trial_checkpoint(
-        results, paths, sweep.metric, sweep.mode, required=sweep.has_model
-    )
+    best, checkpoint, val_metrics = best_trial_checkpoint(results, paths, sweep, required=sweep.has_model)
     return _export(sweep, paths, best, checkpoint, val_metrics, to=to, overwrite=overwrite)
 
 
@@ -66,7 +65,7 @@ def _export(
         "hyperparameters": sampled,
         "trainable": sweep.trainable,
         "command": sweep.command,
-        "metric": {"name": sweep.metric, "mode": sweep.mode},
+        "metric": objectives_record(sweep, val_metrics),
     }
     metrics: dict[str, Any] = {
         "trial_id": config["trial_id"],

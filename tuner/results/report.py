@@ -29,6 +29,7 @@ from tuner.results.report_plots import (
     plot_importance,
     plot_learning_curves,
     plot_parallel,
+    plot_pareto,
     plot_timeline,
 )
 
@@ -184,6 +185,18 @@ def _section(sweep: Sweep, out: Path, prefix: str, written: list[Path]) -> str:
             name,
         )
     )
+    if sweep.config.objectives and any(t.best_value is not None for t in sweep.trials):
+        name = f"{prefix}pareto.png"
+        chosen = sweep.config.best_epoch(sweep.histories)
+        parts.append(
+            _figure_html(
+                _svg_and_png(plot_pareto(sweep), out / name, written),
+                "Several objectives: every trial at its best epoch by "
+                f"{sweep.metric}; the line joins the Pareto front (no trial is better in every objective), "
+                f"the star is the exported trial, chosen by select: {chosen.rule if chosen else '-'}.",
+                name,
+            )
+        )
     if sweep.searched and any(t.best_value is not None for t in sweep.trials):
         name = f"{prefix}parallel.png"
         parts.append(

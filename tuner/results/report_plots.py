@@ -257,3 +257,36 @@ def plot_timeline(sweep: Sweep) -> tuple[Any, float]:
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="x", alpha=0.3)
     return fig, idle
+
+
+def plot_pareto(sweep: Sweep) -> Any:
+    """Several objectives: every trial at its best epoch by the first objective, on the first
+    two objectives' axes; the front joined, the exported point starred."""
+    from tuner.folder import records
+    from tuner.results.front import front
+
+    config = sweep.config
+    (x_name, x_mode), (y_name, y_mode) = config.objective_pairs[:2]
+    points = records.pareto_points(sweep.histories, config.metric, config.mode, config.objective_pairs)
+    on_front = sorted(front(config, sweep.histories), key=lambda p: p.row[x_name])
+    chosen = config.best_epoch(sweep.histories)
+    fig, ax = _figure(6.5, 4.0)
+    ax.scatter([p.row[x_name] for p in points], [p.row[y_name] for p in points], color="#bbbbbb", label="trial")
+    ax.plot(
+        [p.row[x_name] for p in on_front],
+        [p.row[y_name] for p in on_front],
+        "o-",
+        color="#1f77b4",
+        label="Pareto front",
+    )
+    for p in on_front:
+        ax.annotate(
+            _short(p.trial_id), (p.row[x_name], p.row[y_name]), fontsize=7, xytext=(4, 3), textcoords="offset points"
+        )
+    if chosen is not None:
+        ax.plot(chosen.row[x_name], chosen.row[y_name], "*", color="#d62728", ms=16, label="exported")
+    ax.set_xlabel(f"{x_name} ({x_mode})")
+    ax.set_ylabel(f"{y_name} ({y_mode})")
+    ax.set_title(f"{sweep.label}: Pareto front")
+    _legend(ax, "best")
+    return fig

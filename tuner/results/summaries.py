@@ -179,7 +179,7 @@ def best_trial(sweep: SweepConfig, paths: SweepFolder, summaries: list[TrialSumm
     """The summary of the trial ``tuner.folder.records.best_epoch`` names."""
     in_experiment = {s.trial_id for s in summaries}  # not the history of a trial lost in a crash
     histories = {k: v for k, v in records.trial_histories(paths).items() if k in in_experiment}
-    best = records.best_epoch(histories, sweep.metric, sweep.mode)
+    best = sweep.best_epoch(histories)
     chosen = next((s for s in summaries if best is not None and s.trial_id == best.trial_id), None)
     if chosen is None:
         raise TunerError(f"{paths.where}: no trial of sweep {sweep.name!r} has reported {sweep.metric} yet")

@@ -3,6 +3,8 @@ the space, the budget and the epochs; the reason is printed when the sweep start
 
 The rules (benchmarks/search_quality.py measures them against the alternatives):
 
+- several objectives: Optuna's TPE in its multi-objective mode, and FIFO (no scheduler
+  compares several objectives; NSGA-II needs generations of ~50 trials to beat random);
 - grid values in the space: the variant generator, the only searcher that expands them;
 - a conditional space: Optuna's TPE, which samples it define-by-run;
 - only numeric parameters, at most 8 of them, a budget of at most 64 trials and no
@@ -33,9 +35,19 @@ class Choice:
     reason: str
 
 
-def pick(specs: dict[str, ParamSpec], *, trials: int, epochs: int, scheduler_given: bool) -> Choice:
+def pick(
+    specs: dict[str, ParamSpec], *, trials: int, epochs: int, scheduler_given: bool, objectives: int = 0
+) -> Choice:
     searched = {name: spec for name, spec in specs.items() if spec.kind != "constant"}
     kinds = {spec.kind for spec in searched.values()}
+    if objectives > 1:
+        scheduler = None if scheduler_given else {"name": "fifo"}
+        return Choice(
+            {"name": "optuna", "sampler": "tpe"},
+            scheduler,
+            f"auto picked searcher optuna (tpe): {objectives} objectives, which TPE's multi-objective mode "
+            "models from few trials (NSGA-II needs generations of ~50); FIFO: no scheduler compares several objectives",
+        )
     early = not scheduler_given and trials >= ASHA_MIN_TRIALS and epochs >= ASHA_MIN_EPOCHS
     scheduler = {"name": "asha", "grace_period": 1, "reduction_factor": 3} if early else None
     if scheduler_given:

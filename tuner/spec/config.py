@@ -33,7 +33,15 @@ from tuner.spec.shipped import submitted_file
 from tuner.spec.yamlio import LoadedYaml, load_yaml, parse_scalar
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
-METRICS = {"val_accuracy": "max", "val_loss": "min", "train_loss": "min"}
+METRICS = {
+    "val_accuracy": "max",
+    "val_loss": "min",
+    "train_loss": "min",
+    "params": "min",  # the model's parameter count
+    "latency_ms": "min",  # inference per image, measured after each epoch (only when an objective)
+}
+# what may be optimised at all with tuner's loop: one metric, or several objectives
+SINGLE_ONLY = ("params", "latency_ms")
 
 
 class Strict(BaseModel):
@@ -383,11 +391,29 @@ class TrackingConfig(Strict):
     mlflow: MlflowConfig = MlflowConfig()
 
 
+class Objective(Strict):
+    metric: str = Field(pattern=r"^[A-Za-z_][\w./-]*$")
+    mode: Literal["max", "min"]
+
+
+class SelectRule(Strict):
+    """Which point of the Pareto front is the sweep's best (exported): the best by one
+    objective among those meeting ``where``; ``select: knee`` (the default) is tuner/folder/pareto.py's knee."""
+
+    max: str | None = None
+    min: str | None = None
+    where: str | None = None  # "params < 200000 and latency_ms <= 2"
+
+
 class SweepConfig(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     # tuner's loop reports val_accuracy, val_loss and train_loss; a user's code, its own names
     metric: str = Field("val_accuracy", pattern=r"^[A-Za-z_][\w./-]*$")
     mode: Literal["max", "min"] | None = None  # None: the metric's natural direction
+    # Several objectives: written `metric: [val_accuracy, params]` with `mode: [max, min]`,
+    # kept as metric/mode = the first and this list of every one (as sweep.yaml saves it).
+    objectives: list[Objective] = Field(default_factory=list)
+    select: Literal["knee"] | SelectRule = "knee"  # which point of the Pareto front is exported
     # A user's code (docs/own-code.md): a training function or a command runs each trial
     # instead of tuner's loop; model.factory names a model of the user's for either.
     trainable: str | None = None  # my_train:train, called as train(params, context)
@@ -423,6 +449,47 @@ class SweepConfig(Strict):
             )
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _several_objectives(cls, data: Any) -> Any:
+        """``metric: [a, b]`` / ``mode: [max, min]``: metric and mode become the first, and
+        ``objectives`` every one."""
+        if not isinstance(data, dict) or not isinstance(data.get("metric"), list):
+            if isinstance(data, dict) and isinstance(data.get("mode"), list):
+                raise _fail(
+                    "mode: a list of modes goes with a list of metrics, but metric is {m!r}", m=data.get("metric")
+                )
+            return data
+        metrics, modes = data["metric"], data.get("mode")
+        if not metrics or not all(isinstance(m, str) for m in metrics):
+            raise _fail("metric: a list of metric names, but got {metrics!r}", metrics=metrics)
+        if len(set(metrics)) != len(metrics):
+            raise _fail("metric: each objective once, but got {metrics}", metrics=metrics)
+        if modes is None:
+            unknown = [m for m in metrics if m not in METRICS]
+            if unknown:
+                raise _fail(
+                    "mode: say whether each metric is best at max or min (mode: [max, min, ...]); "
+                    "{m!r} is not one of tuner's",
+                    m=unknown[0],
+                )
+            modes = [METRICS[m] for m in metrics]
+        if not isinstance(modes, list) or len(modes) != len(metrics):
+            raise _fail(
+                "mode: one mode per metric ({n} metrics: {metrics}), but got {modes!r}",
+                n=len(metrics),
+                metrics=metrics,
+                modes=modes,
+            )
+        if len(metrics) == 1:
+            return {**data, "metric": metrics[0], "mode": modes[0]}
+        return {
+            **data,
+            "metric": metrics[0],
+            "mode": modes[0],
+            "objectives": [{"metric": m, "mode": mode} for m, mode in zip(metrics, modes, strict=True)],
+        }
+
     @model_validator(mode="after")
     def _check(self) -> SweepConfig:
         _check_own_code(self)
@@ -431,8 +498,31 @@ class SweepConfig(Strict):
         _check_space(self)
         if self.searcher.name == "auto":
             _pick(self)
+        _check_objectives(self)
         _check_pairs(self)
         return self
+
+    @property
+    def objective_pairs(self) -> list[tuple[str, str]]:
+        """(metric, mode) of every objective; [] for one metric."""
+        return [(o.metric, o.mode) for o in self.objectives]
+
+    def best_rule(self) -> Any:
+        """``select`` as tuner/folder/pareto.py takes it."""
+        from tuner.folder import pareto
+
+        if not isinstance(self.select, SelectRule):
+            return pareto.Rule()
+        by = self.select.max or self.select.min
+        where = pareto.parse_where(self.select.where) if self.select.where else ()
+        return pareto.Rule(by=by, mode="max" if self.select.max else "min", where=where)
+
+    def best_epoch(self, histories: dict[str, list[dict[str, Any]]]) -> Any:
+        """The sweep's best (trial, epoch) over ``histories``: by its metric, or by ``select``
+        on the Pareto front of several objectives (tuner.folder.records.best_epoch)."""
+        from tuner.folder import records
+
+        return records.best_epoch(histories, self.metric, self.mode, self.objective_pairs, self.best_rule())
 
     @property
     def picked(self) -> str | None:
@@ -607,6 +697,82 @@ def _check_branch_names(origin: str, specs: dict[str, spaces.ParamSpec], outer: 
             _check_branch_names(f"{origin}.{name}.{value}", params, outer | set(params) | {name})
 
 
+def _check_objectives(cfg: SweepConfig) -> None:
+    """Several objectives: metrics trials report, a searcher that compares them, FIFO, a rule."""
+    names = [o.metric for o in cfg.objectives]
+    if cfg.objectives and (names[0], cfg.objectives[0].mode) != (cfg.metric, cfg.mode):
+        raise _fail(
+            "objectives: the first objective is the metric ({metric}), but got {first}",
+            metric=cfg.metric,
+            first=names[0],
+        )
+    if not cfg.objectives:
+        if cfg.metric in SINGLE_ONLY:
+            raise _fail(
+                "metric: {metric!r} alone would find the smallest model, however bad; give it beside another, "
+                "e.g. metric: [val_accuracy, {metric}]",
+                metric=cfg.metric,
+            )
+        if "select" in cfg.model_fields_set:
+            raise _fail(
+                "select: picks one point of a Pareto front, for several objectives (metric: [a, b]); "
+                "with one metric the best is its best"
+            )
+        return
+    if not cfg.own_loop:
+        for objective in cfg.objectives:
+            if objective.metric not in METRICS:
+                raise _fail(
+                    "metric: tuner's loop reports {known}, but got {metric!r}",
+                    known=", ".join(METRICS),
+                    metric=objective.metric,
+                )
+            if objective.mode != METRICS[objective.metric]:
+                raise _fail(
+                    "mode: {metric} is best at {natural}, but got {mode!r}",
+                    metric=objective.metric,
+                    natural=METRICS[objective.metric],
+                    mode=objective.mode,
+                )
+    if cfg.scheduler.name != "fifo":
+        raise _fail(
+            "scheduler.name: {scheduler!r} compares trials by one metric, but the sweep has {n} objectives ({names}); "
+            "use fifo (every trial runs its epochs)",
+            scheduler=cfg.scheduler.name,
+            n=len(names),
+            names=", ".join(names),
+        )
+    searcher = cfg.searcher.name
+    if searcher in ("hyperopt", "bohb") or (searcher == "optuna" and cfg.searcher.sampler == "cmaes"):
+        which = "optuna's cmaes sampler" if searcher == "optuna" else f"searcher {searcher!r}"
+        raise _fail(
+            "searcher.name: {which} optimises one metric, but the sweep has {n} objectives; use optuna "
+            "(sampler tpe, nsga2, gp, qmc or random), random or auto",
+            which=which,
+            n=len(names),
+        )
+    if cfg.searcher.warm_start is not None:
+        raise _fail(
+            "searcher.warm_start: a warm start tells one metric's results; the sweep has {n} objectives", n=len(names)
+        )
+    if isinstance(cfg.select, SelectRule):
+        chosen = [k for k in ("max", "min") if getattr(cfg.select, k) is not None]
+        if len(chosen) != 1:
+            raise _fail("select: give max: METRIC or min: METRIC (one of them), optionally with where, or select: knee")
+        by = getattr(cfg.select, chosen[0])
+        from tuner.folder import pareto
+
+        try:
+            conditions = pareto.parse_where(cfg.select.where) if cfg.select.where else ()
+        except ValueError as error:
+            raise _fail("select.where: {error}", error=error) from None
+        for name in [by, *(c.metric for c in conditions)]:
+            if name not in names:
+                raise _fail(
+                    "select: {name!r} is not an objective; choose from {names}", name=name, names=", ".join(names)
+                )
+
+
 def _check_own_code(cfg: SweepConfig) -> None:
     """A user's function or command, or tuner's loop, and a metric the trials report."""
     if cfg.trainable is not None and cfg.command is not None:
@@ -678,6 +844,7 @@ def _pick(cfg: SweepConfig) -> None:
         trials=cfg.trials.num_samples,
         epochs=cfg.train.epochs,
         scheduler_given="scheduler" in cfg.model_fields_set,
+        objectives=len(cfg.objectives),
     )
     searcher = dict(choice.searcher)
     if cfg.searcher.warm_start is not None:

@@ -56,6 +56,9 @@ def _optuna(sweep: cfg.SweepConfig, max_concurrent: int, sampler: str | None = N
         warnings.simplefilter("ignore", ExperimentalWarning)
         chosen = optuna_sampler(sampler or s.sampler, sweep.seed, getattr(s, "n_startup_trials", 4))
     space = OptunaSpace(sweep.param_specs())
+    if sweep.objectives:  # several: Optuna is told every one when a trial ends
+        metric, mode = [o.metric for o in sweep.objectives], [o.mode for o in sweep.objectives]
+        return SpaceOptunaSearch(space=space, metric=metric, mode=mode, sampler=chosen)
     return SpaceOptunaSearch(space=space, metric=sweep.metric, mode=sweep.mode, sampler=chosen)
 
 

@@ -277,7 +277,10 @@ class SweepRecord:
         import mlflow
 
         parent = self.parent_run_id
-        for key in dict.fromkeys((self.sweep.metric, "val_accuracy", "val_loss", "test_accuracy", "test_loss")):
+        objectives = tuple(o.metric for o in self.sweep.objectives)
+        for key in dict.fromkeys(
+            (self.sweep.metric, *objectives, "val_accuracy", "val_loss", "test_accuracy", "test_loss")
+        ):
             if best.get(key) is not None:  # no test score for a user's data without test/
                 self.client.log_metric(parent, f"best_{key}", float(best[key]))
         self.client.set_tag(parent, "tuner.best_trial_id", best["trial_id"])

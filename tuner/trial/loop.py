@@ -177,6 +177,8 @@ def run_training(loop: LoopSettings, session: Session) -> None:
     scheduled = train["lr_schedule"] != "constant"
     first_step_at = time.time()  # this (re)start's first training step begins now
     timing = {"entered_at": loop.entered_at, "first_step_at": first_step_at}
+    unwrapped = model.module if hasattr(model, "module") else model
+    measured: dict[str, float] = {"params": float(sum(p.numel() for p in unwrapped.parameters()))}
 
     for epoch in range(start_epoch, epochs):
         started = time.perf_counter()
@@ -211,6 +213,8 @@ def run_training(loop: LoopSettings, session: Session) -> None:
         loop.hooks.after_epoch(loop.trial_id, epoch + 1)
         val_loss, val_accuracy, train_loss = _evaluate(model, shards, loss_fn, amp_dtype, loss_sum, seen * world)
         compute_s = time.perf_counter() - started
+        if loop.measure_latency:  # not part of the epoch's compute time
+            measured["latency_ms"] = _latency_ms(model, shards, amp_dtype)
         metrics = {
             "epoch": epoch + 1,
             "train_loss": train_loss,
@@ -223,6 +227,7 @@ def run_training(loop: LoopSettings, session: Session) -> None:
             "resumed_from": resumed_from,
             "world_size": world,
             "nodes": nodes,
+            **measured,
             **timing,
         }
         unwrapped = model.module if hasattr(model, "module") else model
@@ -246,6 +251,23 @@ def _amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
     if not enabled or device.type != "cuda":
         return None
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+@torch.no_grad()
+def _latency_ms(model: nn.Module, shards: InMemoryData | StreamedData, amp_dtype: Any, images: int = 64) -> float:
+    """Milliseconds of inference per image: the best of 3 forward passes over a batch of
+    ``images`` validation images (one rank's; every rank measures its own)."""
+    model.eval()
+    x, _ = next(iter(shards.val_batches(batch_size=images)))
+    timings = []
+    for _ in range(3):
+        started = time.perf_counter()
+        with torch.autocast(shards.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            model(x)
+        if x.is_cuda:
+            torch.cuda.synchronize()
+        timings.append(time.perf_counter() - started)
+    return 1000 * min(timings) / len(x)
 
 
 @torch.no_grad()

@@ -61,6 +61,7 @@ class TrialSetup:
     own: OwnLoop | None = None  # the user's training function or command runs instead of the loop
     code: CodeSnapshot | None = None  # the user's code folder, shipped to every trial
     trials_dir: str | None = None  # the sweep's tune/ folder, where every node sees it (None at a URI)
+    measure_latency: bool = False  # latency_ms is an objective: time inference after each epoch
 
 
 # A trial's CPUs are reserved by Tune, one bundle per worker in the trial's placement
@@ -147,6 +148,7 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         hooks=setup.hooks,
         own=setup.own,
         code=setup.code,
+        measure_latency=setup.measure_latency,
     )
     if setup.direct:
         run_loop(loop, _TuneSession(setup.use_gpu, setup.trials_dir))

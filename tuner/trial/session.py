@@ -42,6 +42,7 @@ class LoopSettings:
     hooks: TrialHooks = dataclasses.field(default_factory=lambda: TrialHooks())
     own: Any = None  # the user's function or command instead of the loop (tuner.trial.own.OwnLoop)
     code: Any = None  # the user's code folder (tuner.usercode.snapshot.CodeSnapshot), first on the path
+    measure_latency: bool = False  # report latency_ms (inference per image) after each epoch
 
 
 class TrialHooks:
