@@ -96,6 +96,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_timeout(resume)
     resume.set_defaults(handler=cmd_resume)
 
+    extend = commands.add_parser(
+        "extend", help="run more trials on a sweep that ended, in its folder; the searcher goes on from what it learned"
+    )
+    extend.add_argument("folder", help="the sweep's output folder, e.g. runs/mnist_asha")
+    extend.add_argument("--trials", type=int, required=True, help="how many more trials")
+    extend.add_argument("--address", help="join an existing Ray cluster (else $RAY_ADDRESS, else a local Ray)")
+    extend.add_argument("--verbose", action="store_true", help="show Ray's worker logs")
+    _add_cluster_timeout(extend)
+    extend.set_defaults(handler=cmd_extend)
+
     status = commands.add_parser("status", help="the trials of a sweep and the best so far")
     status.add_argument("folder", help="the sweep's output folder, e.g. runs/mnist_asha")
     status.set_defaults(handler=cmd_status)
@@ -229,6 +239,19 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_extend(args: argparse.Namespace) -> int:
+    from tuner.driver.extend import extend_sweep
+
+    outcome = extend_sweep(
+        args.folder, args.trials, address=args.address, verbose=args.verbose, **_cluster_timeout(args)
+    )
+    from tuner.results.summaries import open_sweep
+
+    sweep, paths = open_sweep(args.folder)
+    _print_outcome(sweep, outcome.best, paths)
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from tuner.cluster.connect import how_to_continue
     from tuner.driver.progress import hyper_text
@@ -298,7 +321,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tuner.folder.store import SweepLock
     from tuner.results import export
     from tuner.results.export_own import exporter
-    from tuner.results.summaries import open_sweep, result_grid
+    from tuner.results.summaries import all_results, open_sweep
 
     sweep, paths = open_sweep(args.folder)
     if paths.remote and not args.to:
@@ -311,7 +334,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     inside = to == paths.root or paths.root in to.parents
     with SweepLock(paths) if inside else contextlib.nullcontext():  # a running sweep owns its folder
         exported = exporter(sweep)(
-            sweep, paths, result_grid(sweep, paths), to=to, format=args.format, overwrite=args.overwrite
+            sweep, paths, all_results(sweep, paths), to=to, format=args.format, overwrite=args.overwrite
         )
     metrics = exported.metrics
     print(

@@ -262,7 +262,7 @@ BAD = [
         "name: x\nschedular:\n  name: asha\n",
         2,
         r"schedular: unknown key 'schedular'; did you mean 'scheduler'\? \(valid keys: checkpoint, code_dir, command, "
-        r"data, .*scheduler, searcher, seed, space, tracking, train, trainable, trials\)$",
+        r"data, .*scheduler, searcher, seed, select, space, tracking, train, trainable, trials\)$",
         "unknown key 'schedular'",
     ),
     Bad(

@@ -44,9 +44,11 @@ def build_tuner(
     hooks: TrialHooks | None = None,
     code: Any = None,
     evaluated: list[Any] | None = None,
+    searcher_from: str | None = None,
 ) -> Any:
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``; ``evaluated``: a warm
-    start's trials (``tuner.spec.searchers.Evaluated``), told to the searcher first."""
+    start's trials (``tuner.spec.searchers.Evaluated``), told to the searcher first;
+    ``searcher_from``: the Tune experiment whose searcher state a ``tuner extend`` goes on from."""
     from ray import tune
 
     from tuner.driver import earlier
@@ -105,8 +107,17 @@ def build_tuner(
                 f"{where}: Tune's saved sweep cannot be restored ({type(error).__name__}: {reason})"
             ) from None
     search_alg = searchers.build_searcher(
-        sweep, slots, gpus_out_of_sight=use_gpu and not sweep.scaling.direct, cpus_kept_free=streamed
+        sweep,
+        slots,
+        gpus_out_of_sight=use_gpu and not sweep.scaling.direct,
+        cpus_kept_free=streamed,
+        draw=paths.part - 1,  # an extension's random points are new ones
     )
+    if searcher_from is not None:
+        from ray.tune.search import Searcher
+
+        if isinstance(search_alg, Searcher):  # model-based: its model, trials and random state as saved
+            search_alg.restore_from_dir(searcher_from)
     if evaluated:
         from tuner.driver.progress import show
 

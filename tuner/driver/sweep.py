@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -71,14 +72,17 @@ def run_sweep(
     paths: SweepFolder | None = None,
     cluster_timeout_s: float = CLUSTER_TIMEOUT_S,
     hooks: TrialHooks | None = None,
+    extension: SweepConfig | None = None,
 ) -> SweepOutcome:
     """Run a sweep in a folder of its own and export its best model; with ``paths``,
     resume the sweep in that folder instead. ``hooks``: tests' seams in every trial.
+    ``extension`` (tuner/driver/extend.py): run ``sweep``'s trials as a new Tune experiment
+    in ``paths`` (its next part), ``extension`` being the whole sweep to record in sweep.yaml.
 
     A new sweep never writes into an existing folder: it claims ``<name>``, else
     ``<name>-2``, ... The folder is locked for as long as this process writes to it.
     """
-    resume = paths is not None
+    resume = paths is not None and extension is None
     evaluated = None
     if paths is None:
         if sweep.tracking.mlflow.enabled:
@@ -97,6 +101,11 @@ def run_sweep(
                 _check_resumable(sweep, paths)  # before any work: a folder in use or corrupt is refused
                 data = load_data(sweep)
                 code = own_code.kept(sweep, paths)  # the code the sweep began with
+            elif extension is not None:
+                _check_extendable(sweep, paths)
+                data = load_data(sweep)
+                code = own_code.kept(sweep, paths)
+                save_resolved_config(extension, paths)  # every trial, the new ones too
             else:
                 save_resolved_config(sweep, paths)
                 own_code.keep(code, paths)
@@ -113,7 +122,7 @@ def run_sweep(
                 evaluated=evaluated,
             )
     except BaseException:
-        if not resume:
+        if not resume and extension is None:
             release_unused(paths)  # only if nothing but its config was written
             if paths.remote:
                 remote.release_unused(paths.remote)
@@ -127,6 +136,21 @@ def run_sweep(
 
 def _claim(sweep: SweepConfig) -> SweepFolder:
     return SweepFolder.claim(sweep.output_dir, sweep.name)
+
+
+def _check_extendable(sweep: SweepConfig, paths: SweepFolder) -> None:
+    """Every trial so far ended (under the folder's lock, held by the caller)."""
+    from tuner.results.summaries import trial_summaries
+
+    earlier = dataclasses.replace(paths, part=paths.part - 1)
+    undone = [t for t in trial_summaries(sweep, earlier) if t.status in ("interrupted", "pending", "paused", "running")]
+    if undone:
+        raise TunerError(
+            f"{paths.where}: {len(undone)} trial(s) have not ended ({undone[0].trial_id}: {undone[0].status}); "
+            f"finish the sweep first with: python -m tuner resume {paths.where}"
+        )
+    if not (earlier.best / "metrics.json").is_file():
+        raise TunerError(f"{paths.where}: the sweep has not exported its best model yet; resume it before extending")
 
 
 def _check_resumable(sweep: SweepConfig, paths: SweepFolder) -> None:
@@ -253,6 +277,8 @@ def _run(
         hooks=hooks,
         code=code,
         evaluated=evaluated,
+        # an extension's searcher goes on from what the last part's had learned
+        searcher_from=paths.parts()[-2].tune_uri if paths.part > 1 and not resume else None,
     )
     # The report's slot count; only once the sweep (or its restore) is built: a refused
     # resume writes nothing.
@@ -273,7 +299,12 @@ def _run(
         if sweep.tracking.mlflow.enabled:
             tracking.SweepRecord(sweep, paths).fail()
         raise SweepInterrupted(paths.where)
-    exported = exporter(sweep)(sweep, paths, results, to=paths.best, overwrite=True)
+    every = list(results)
+    if paths.part > 1:  # an extended sweep: the best over every part's trials
+        from tuner.results.summaries import all_results
+
+        every = [*all_results(sweep, dataclasses.replace(paths, part=paths.part - 1)), *results]
+    exported = exporter(sweep)(sweep, paths, every, to=paths.best, overwrite=True)
     if sweep.tracking.mlflow.enabled:
         record = tracking.SweepRecord(sweep, paths)
         version = record.finish(exported.metrics, paths.best, exported)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import itertools
@@ -62,6 +63,9 @@ class SweepFolder:
 
     root: Path
     remote: str | None = None
+    # The Tune experiment this command works on: tune/ (1), then tune-2/, tune-3/, ... one per
+    # ``tuner extend`` (tuner/driver/extend.py); opening a folder gives its newest.
+    part: int = 1
 
     @classmethod
     def open(cls, where: str | Path) -> SweepFolder:
@@ -78,7 +82,16 @@ class SweepFolder:
         root = Path(where).expanduser().resolve()
         if not (root / CONFIG_FILE).is_file():
             raise TunerError(f"{root} is not a sweep folder (no sweep.yaml); give runs/<sweep name>")
-        return cls(root)
+        extensions = [int(p.name.split("-")[1]) for p in root.glob("tune-*") if p.name.split("-")[1].isdigit()]
+        return cls(root, part=max(extensions, default=1))
+
+    def parts(self) -> list[SweepFolder]:
+        """This folder's Tune experiments, the first sweep's and each extension's, oldest first."""
+        return [dataclasses.replace(self, part=k) for k in range(1, self.part + 1)]
+
+    def extended(self) -> SweepFolder:
+        """The folder with its next Tune experiment, for ``tuner extend``."""
+        return dataclasses.replace(self, part=self.part + 1)
 
     @classmethod
     def claim(cls, output_dir: str | Path, name: str) -> SweepFolder:
@@ -123,7 +136,7 @@ class SweepFolder:
     @property
     def tune_uri(self) -> str:
         """Tune's experiment folder, for restore and analysis."""
-        return join(self.remote, "tune") if self.remote else str(self.tune)
+        return join(self.remote, self.tune.name) if self.remote else str(self.tune)
 
     @property
     def train_storage(self) -> str:
@@ -140,7 +153,7 @@ class SweepFolder:
 
     @property
     def tune(self) -> Path:
-        return self.root / "tune"
+        return self.root / ("tune" if self.part == 1 else f"tune-{self.part}")
 
     @property
     def train(self) -> Path:

@@ -77,6 +77,11 @@ class _SavedTrial:
 
 
 def saved_trials(sweep: SweepConfig, paths: SweepFolder) -> list[_SavedTrial]:
+    """Every trial of the sweep: of its first Tune experiment, then of each ``tuner extend``'s."""
+    return [trial for part in paths.parts() for trial in _saved_trials_of(sweep, part)]
+
+
+def _saved_trials_of(sweep: SweepConfig, paths: SweepFolder) -> list[_SavedTrial]:
     """The trials of Tune's newest experiment state, read as JSON: without importing Ray
     (over a second by itself) or loading every trial's result files, as Tune's
     ``ExperimentAnalysis`` does (minutes at thousands of trials). A remote sweep, or a
@@ -190,3 +195,8 @@ def result_grid(sweep: SweepConfig, paths: SweepFolder) -> Any:
     from ray.tune import ResultGrid
 
     return ResultGrid(analysis(sweep, paths))
+
+
+def all_results(sweep: SweepConfig, paths: SweepFolder) -> list[Any]:
+    """Tune's results of every trial, across the sweep's extensions (``tuner extend``)."""
+    return [result for part in paths.parts() for result in result_grid(sweep, part)]

@@ -713,7 +713,7 @@ def _check_objectives(cfg: SweepConfig) -> None:
                 "e.g. metric: [val_accuracy, {metric}]",
                 metric=cfg.metric,
             )
-        if "select" in cfg.model_fields_set:
+        if isinstance(cfg.select, SelectRule):
             raise _fail(
                 "select: picks one point of a Pareto front, for several objectives (metric: [a, b]); "
                 "with one metric the best is its best"

@@ -47,7 +47,10 @@ def optuna_sampler(name: str, seed: int, n_startup_trials: int) -> Any:
 def _optuna(sweep: cfg.SweepConfig, max_concurrent: int, sampler: str | None = None) -> Any:
     import warnings
 
+    import optuna
     from optuna.exceptions import ExperimentalWarning
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # not a line per study in the sweep's output
 
     from tuner.spec.optuna_space import OptunaSpace, SpaceOptunaSearch
 
@@ -108,6 +111,7 @@ def build_searcher(
     *,
     gpus_out_of_sight: bool = False,
     cpus_kept_free: bool = False,
+    draw: int = 0,
 ) -> Any:
     """The Tune search algorithm for a validated sweep, running at most ``max_concurrent`` trials.
 
@@ -116,9 +120,12 @@ def build_searcher(
     Tune cannot see what a trial holds: a TorchTrainer's workers reserve their GPUs
     themselves (``gpus_out_of_sight``), or CPUs must stay free for a streaming data
     pipeline's tasks, which run outside every trial's reservation (``cpus_kept_free``).
+    ``draw``: the sweep's extension (``tuner extend``), seeding the random searcher anew.
     """
     from ray.tune.search import ConcurrencyLimiter, Searcher
 
+    if draw:
+        sweep = sweep.model_copy(update={"seed": sweep.seed + draw})
     if sweep.searcher.name in ("random", "grid") and not gpus_out_of_sight and not cpus_kept_free:
         max_concurrent = sweep.trials.max_concurrent or 0
     searcher = SEARCHERS[sweep.searcher.name](sweep, max_concurrent)
