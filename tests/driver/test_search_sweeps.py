@@ -189,6 +189,28 @@ def test_extend_refuses_a_sweep_that_has_not_ended(tmp_path):
     assert yaml.safe_load((root / "sweep.yaml").read_text()) == {"name": "unfinished"}
 
 
+def test_a_choice_of_models_trains_the_model_each_trial_took_and_exports_the_best_ones(local_ray, tmp_path):
+    data = synthetic(
+        tmp_path,
+        name="models",
+        searcher={"name": "random"},
+        trials={"num_samples": 4},
+    )
+    data["model"] = {
+        "name": {
+            "choice": {"cnn": {"conv1": 4, "conv2": {"choice": [8, 16]}, "hidden": 16}, "synthetic": {"epoch_s": 0}}
+        }
+    }
+    outcome = run_sweep(SweepConfig.model_validate(data))
+    configs = [json.loads(p.read_text()) for p in outcome.paths.tune.glob("*/params.json")]
+    assert {c["model"] for c in configs} == {"cnn", "synthetic"}
+    assert all(("conv2" in c) == (c["model"] == "cnn") for c in configs)
+    exported = yaml.safe_load((outcome.paths.best / "config.yaml").read_text())
+    assert exported["model"]["name"] == exported["hyperparameters"]["model"]
+    if exported["model"]["name"] == "cnn":
+        assert exported["model"]["options"]["conv1"] == 4
+
+
 def test_auto_says_what_it_picked_first(local_ray, tmp_path, capsys):
     sweep = SweepConfig.model_validate(
         synthetic(

@@ -303,3 +303,63 @@ def test_every_new_experiment_file_validates():
     for name in ("mnist_conditional", "mnist_auto", "mnist_optuna_gp", "mnist_pb2", "mnist_multiobjective"):
         built = config.load_sweep(name)
         assert load_yaml(config.resolve_sweep_path(name)).data["name"] == built.name
+
+
+# --- a choice of models ---------------------------------------------------------------------------------
+MODELS = {"name": {"choice": {"cnn": {"conv2": {"choice": [16, 32]}, "hidden": 64}, "resnet18": {}}}}
+
+
+def test_a_choice_of_models_becomes_a_conditional_choice_each_with_its_options():
+    built = config.SweepConfig.model_validate({"name": "m", "model": MODELS, "searcher": {"name": "optuna"}})
+    assert built.model.name == "cnn"
+    models = built.param_specs()["model"]
+    assert models.kind == "branches" and set(models.branches) == {"cnn", "resnet18"}
+    proposed = suggest(built, 10)
+    assert {p["model"] for p in proposed} == {"cnn", "resnet18"}
+    for trial in proposed:
+        assert ("conv2" in trial) == (trial["model"] == "cnn")
+
+
+def test_a_trial_builds_the_model_it_took_with_that_models_defaults():
+    from tuner.trial.runner import TrialSetup, model_of, resolve_hyperparameters
+
+    built = config.SweepConfig.model_validate({"name": "m", "model": MODELS})
+    setup = TrialSetup(
+        model_name=built.model.name,
+        model_defaults=built.model.model_dump(exclude={"name"}),
+        train_defaults=built.train.model_dump(),
+        workers=1,
+        use_gpu=False,
+        cpus_per_worker=1,
+        gpus_per_worker=0,
+        train_dir="",
+        seed=0,
+    )
+    resnet = {"model": "resnet18", "lr": 0.002}
+    assert model_of(setup, resnet) == "resnet18"
+    train, options = resolve_hyperparameters(setup, resnet)
+    assert train["lr"] == 0.002 and "conv2" not in options and "zero_init_residual" in options
+    cnn = {"model": "cnn", "conv2": 32, "hidden": 64}
+    assert model_of(setup, cnn) == "cnn"
+    assert resolve_hyperparameters(setup, cnn)[1]["conv2"] == 32
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "message"),
+    [
+        ({"name": {"choice": {"cnn": {"depth": 3}}}}, {}, r"model.name.choice.cnn.depth: not an option of model 'cnn'"),
+        ({"name": {"choice": {"cnn": {"conv2": 0}}}}, {}, r"model.name.choice.cnn.conv2: value 0 is invalid"),
+        ({"name": {"choice": {"cnn": {}}}, "hidden": 64}, {}, r"model.hidden: with a choice of models, give each"),
+        ({"name": {"choice": [1, 2]}}, {}, r"model.name: a model's name, or a choice of models"),
+        (MODELS, {"searcher": {"name": "bohb"}, "scheduler": {"name": "bohb"}}, r"model.name: a conditional choice"),
+        (
+            {"name": {"choice": {"cnn": {"hidden": 32}}}},
+            {"space": {"params": {"hidden": 64}}},
+            r"model.name.choice.cnn.hidden: 'hidden' is already a parameter outside this branch",
+        ),
+    ],
+    ids=["unknown-option", "bad-value", "option-outside", "not-a-mapping", "bohb", "twice"],
+)
+def test_a_bad_choice_of_models_is_one_line(model, extra, message):
+    with pytest.raises(Exception, match=message):
+        config.SweepConfig.model_validate({"name": "m", "model": model, **extra})

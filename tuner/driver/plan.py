@@ -96,6 +96,9 @@ def what_runs(sweep: SweepConfig) -> str:
         return f"trainable {sweep.trainable}"
     if sweep.command is not None:
         return "command " + " ".join(sweep.command)
+    models = sweep.param_specs().get("model")
+    if not sweep.own_loop and models is not None and models.kind == "branches":
+        return "a choice of models (" + ", ".join(models.branches) + ")"
     if sweep.model.name == "factory":
         return f"model {sweep.model.factory}"
     return sweep.model.name

@@ -175,7 +175,7 @@ def export_best(
     """
     if format not in FORMATS:
         raise TunerError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")
-    from tuner.trial.runner import TrialSetup, resolve_hyperparameters
+    from tuner.trial.runner import TrialSetup, model_of, resolve_hyperparameters
 
     to = Path(to or paths.best)
     check_destination(to, overwrite=overwrite)
@@ -193,6 +193,7 @@ def export_best(
     )
     sampled = {k: _plain(v) for k, v in best.config.items()}
     train, model_options = resolve_hyperparameters(setup, sampled)
+    model_name = model_of(setup, sampled)  # a choice of models: the best trial's
     try:
         held = held_out(sweep.data, seed=sweep.seed)  # listed once: a Parquet source reads its files
     except ConfigError as error:  # data.path gone since: name the sweep.yaml line, as a sweep does
@@ -204,7 +205,7 @@ def export_best(
         "trial_id": val_metrics["trial_id"],
         "epoch": int(val_metrics["epoch"]),
         "hyperparameters": sampled,
-        "model": {"name": sweep.model.name, "options": model_options},
+        "model": {"name": model_name, "options": model_options},
         "train": train,
         "data": described,
         "metric": objectives_record(sweep, val_metrics),
@@ -213,7 +214,7 @@ def export_best(
         state = _load_checkpoint(folder)
     code = code_folder(sweep, paths)
     model = build_model(
-        sweep.model.name,
+        model_name,
         in_channels=described["channels"],
         num_classes=described["num_classes"],
         image_size=described["size"],

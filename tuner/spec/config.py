@@ -42,6 +42,9 @@ METRICS = {
 }
 # what may be optimised at all with tuner's loop: one metric, or several objectives
 SINGLE_ONLY = ("params", "latency_ms")
+# The space's parameter that is a choice of models (written as model.name: {choice: ...})
+MODEL_CHOICE = "model"
+CHOOSABLE_MODELS = ("cnn", "resnet18", "resnet34", "synthetic")  # and torchvision:<builder>
 
 
 class Strict(BaseModel):
@@ -451,6 +454,35 @@ class SweepConfig(Strict):
 
     @model_validator(mode="before")
     @classmethod
+    def _a_choice_of_models(cls, data: Any) -> Any:
+        """``model: {name: {choice: {cnn: {...}, resnet18: {...}}}}``: the model section becomes
+        the first model, and the space a conditional choice ``model`` over them, each value with
+        its own options (tuner/trial/runner.py builds the one a trial took)."""
+        model = data.get("model") if isinstance(data, dict) else None
+        if not isinstance(model, dict) or not isinstance(model.get("name"), dict):
+            return data
+        choice = model["name"].get("choice") if len(model["name"]) == 1 else None
+        if not isinstance(choice, dict) or not choice:
+            raise _fail(
+                "model.name: a model's name, or a choice of models with their options "
+                "({{choice: {{cnn: {{...}}, resnet18: {{...}}}}}}), but got {name!r}",
+                name=model["name"],
+            )
+        others = sorted(set(model) - {"name"})
+        if others:
+            raise _fail(
+                "model.{key}: with a choice of models, give each model's options under its name in model.name.choice",
+                key=others[0],
+            )
+        space = dict(data.get("space") or {})
+        params = dict(space.get("params") or {})
+        if MODEL_CHOICE in params:
+            raise _fail("space.params.model: the choice of models is model.name's; give it there only")
+        params[MODEL_CHOICE] = {"choice": {name: options or {} for name, options in choice.items()}}
+        return {**data, "model": {"name": next(iter(choice))}, "space": {**space, "params": params}}
+
+    @model_validator(mode="before")
+    @classmethod
     def _several_objectives(cls, data: Any) -> Any:
         """``metric: [a, b]`` / ``mode: [max, min]``: metric and mode become the first, and
         ``objectives`` every one."""
@@ -629,6 +661,10 @@ def _check_space(cfg: SweepConfig) -> None:
     _check_branch_names("space.params", specs, set(specs))
     if cfg.own_loop:  # the user's function or command takes whatever it is given
         return
+    models = specs.get(MODEL_CHOICE)
+    if models is not None:
+        specs = {k: v for k, v in specs.items() if k != MODEL_CHOICE}
+        _check_model_choice(cfg, models)
     allowed = searchable_params(cfg.model)
     for origin, params in (("space.params", specs), ("scheduler.mutations", mutations)):
         for where, name, spec in _walk(origin, params):
@@ -669,6 +705,46 @@ def _check_space(cfg: SweepConfig) -> None:
                     ) from None
 
 
+def _check_model_choice(cfg: SweepConfig, models: spaces.ParamSpec) -> None:
+    """Each model of ``model.name``'s choice is one of tuner's, and its options are its own."""
+    if models.kind != "branches":
+        raise _fail("model.name: a choice of models maps each model to its options ({{choice: {{cnn: {{}}, ...}}}})")
+    for name, options in models.branches.items():
+        if not isinstance(name, str) or not (name in CHOOSABLE_MODELS or name.startswith("torchvision:")):
+            raise _fail(
+                "model.name.choice.{name}: a choice of models takes {valid} or torchvision:<builder>",
+                name=name,
+                valid=", ".join(CHOOSABLE_MODELS),
+            )
+        try:
+            model = TypeAdapter(ModelConfig).validate_python({"name": name})
+        except ValidationError as error:
+            raise _fail("model.name.choice.{name}: {reason}", name=name, reason=error.errors()[0]["msg"]) from None
+        allowed = searchable_params(model)
+        for where, option, spec in _walk(f"model.name.choice.{name}", options):
+            if option not in allowed and not isinstance(model, OpenOptions):
+                raise _fail(
+                    "{where}.{option}: not an option of model {name!r} (its options: {valid})",
+                    where=where,
+                    option=option,
+                    name=name,
+                    valid=", ".join(sorted(n for n, s in allowed.items() if s is type(model))),
+                )
+            section = allowed.get(option)
+            for value in spec.representative_values() if section is not None else []:
+                data = {option: value} if section in (TrainConfig, DataConfig) else {"name": name, option: value}
+                try:
+                    section.model_validate(data)
+                except ValidationError as error:
+                    raise _fail(
+                        "{where}.{option}: value {value!r} is invalid ({reason})",
+                        where=where,
+                        option=option,
+                        value=value,
+                        reason=_lower_first(error.errors()[0]["msg"]),
+                    ) from None
+
+
 def _walk(origin: str, specs: dict[str, spaces.ParamSpec]) -> list[tuple[str, str, spaces.ParamSpec]]:
     """(where, name, spec) of every parameter, those under a conditional choice's values too
     (where: ``space.params.optimizer.sgd``)."""
@@ -683,14 +759,14 @@ def _walk(origin: str, specs: dict[str, spaces.ParamSpec]) -> list[tuple[str, st
 def _check_branch_names(origin: str, specs: dict[str, spaces.ParamSpec], outer: set[str]) -> None:
     """A parameter under a choice's value is named nowhere above it: a trial gets plain names."""
     for name, spec in specs.items():
+        choice = "model.name.choice" if (origin, name) == ("space.params", MODEL_CHOICE) else f"{origin}.{name}"
         for value, params in spec.branches.items():
             for inner in params:
                 if inner in outer or inner == name:
                     raise _fail(
-                        "{where}.{name}.{value}.{inner}: {inner!r} is already a parameter outside this branch; "
+                        "{choice}.{value}.{inner}: {inner!r} is already a parameter outside this branch; "
                         "a trial gets plain names, so give it in every branch or outside the choice only",
-                        where=origin,
-                        name=name,
+                        choice=choice,
                         value=value,
                         inner=inner,
                     )
@@ -868,17 +944,17 @@ def _check_pairs(cfg: SweepConfig) -> None:
                 "bohb": "its ConfigSpace space is built flat",
             }[searcher]
             raise _fail(
-                "space.params.{name}: a conditional choice needs searcher random, optuna or hyperopt; "
+                "{where}: a conditional choice needs searcher random, optuna or hyperopt; "
                 "searcher {searcher!r} cannot take one ({why})",
-                name=conditional,
+                where="model.name" if conditional == MODEL_CHOICE else f"space.params.{conditional}",
                 searcher=searcher,
                 why=why,
             )
         if scheduler in ("pbt", "pb2"):
             raise _fail(
-                "space.params.{name}: scheduler {scheduler!r} mutates parameters every trial has, "
+                "{where}: scheduler {scheduler!r} mutates parameters every trial has, "
                 "but a conditional choice's parameters exist in some trials only",
-                name=conditional,
+                where="model.name" if conditional == MODEL_CHOICE else f"space.params.{conditional}",
                 scheduler=scheduler,
             )
     if cfg.searcher.warm_start is not None and searcher != "optuna":

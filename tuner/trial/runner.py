@@ -110,20 +110,32 @@ def resolve_hyperparameters(setup: TrialSetup, sampled: dict[str, Any]) -> tuple
     Coercion turns Tune's ``128.0`` from quniform into the int a layer width needs,
     and BOHB's ``np.str_`` into ``str``.
     """
-    from tuner.spec.config import CnnConfig, ResNetConfig, SyntheticConfig, TrainConfig
+    from tuner.spec.config import MODEL_CHOICE, CnnConfig, ResNetConfig, SyntheticConfig, TrainConfig
 
     sampled = {k: (str(v) if isinstance(v, str) else v) for k, v in sampled.items()}
     if setup.own is not None:  # the user's function or command takes the sampled values as they are
         return dict(setup.train_defaults), sampled
+    name = model_of(setup, sampled)
+    defaults = setup.model_defaults if name == setup.model_name else {}  # a choice of models: that model's own
+    sampled = {k: v for k, v in sampled.items() if k != MODEL_CHOICE}
     train = {**setup.train_defaults, **{k: v for k, v in sampled.items() if k in TrainConfig.model_fields}}
     train = TrainConfig.model_validate(train).model_dump()
-    if setup.model_name == FACTORY or setup.model_name.startswith(zoo.PREFIX):  # options go to the builder
+    if name == FACTORY or name.startswith(zoo.PREFIX):  # options go to the builder
         options = {k: v for k, v in sampled.items() if k not in TrainConfig.model_fields and k != "augment"}
-        return train, {**setup.model_defaults, **options}
-    model_cls = {"cnn": CnnConfig, "synthetic": SyntheticConfig}.get(setup.model_name, ResNetConfig)
-    model = {**setup.model_defaults, **{k: v for k, v in sampled.items() if k in model_cls.model_fields}}
-    model = model_cls.model_validate({"name": setup.model_name, **model}).model_dump(exclude={"name"})
+        return train, {**defaults, **options}
+    model_cls = {"cnn": CnnConfig, "synthetic": SyntheticConfig}.get(name, ResNetConfig)
+    model = {**defaults, **{k: v for k, v in sampled.items() if k in model_cls.model_fields}}
+    model = model_cls.model_validate({"name": name, **model}).model_dump(exclude={"name"})
     return train, model
+
+
+def model_of(setup: TrialSetup, sampled: dict[str, Any]) -> str:
+    """The model a trial trains: the sweep's, or the one it took from a choice of models."""
+    from tuner.spec.config import MODEL_CHOICE
+
+    if setup.own is None and MODEL_CHOICE in sampled:
+        return str(sampled[MODEL_CHOICE])
+    return setup.model_name
 
 
 # --- the Tune side ------------------------------------------------------------------------
@@ -136,7 +148,7 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
     trial_id = tune.get_context().get_trial_id()
     loop = LoopSettings(
         train=train,
-        model_name=setup.model_name,
+        model_name=model_of(setup, sampled),
         model_options=model_options,
         data_ref=data[0],
         threads=max(1, int(setup.cpus_per_worker)),
