@@ -69,7 +69,7 @@ def describe(
             *([f"  {sweep.picked}"] if sweep.picked else []),
             *([f"  data {held}"] if data is not None else []),
             f"  search {searched}; searcher {searcher}, scheduler {sweep.scheduler.name}, "
-            f"{sweep.mode}imise {sweep.metric}",
+            + (", ".join(f"{o.mode}imise {o.metric}" for o in sweep.objectives) or f"{sweep.mode}imise {sweep.metric}"),
             f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x "
             f"{sweep.scaling.cpus_per_worker:g} CPU on {device}, "
             f"{'in the trial process' if sweep.scaling.direct else 'as a TorchTrainer'}",

@@ -269,6 +269,7 @@ class OptunaSearcher(WarmStart):
     name: Literal["optuna"]
     sampler: Literal["tpe", "cmaes", "gp", "qmc", "nsga2", "random"] = "tpe"
     n_startup_trials: int = Field(4, ge=0)  # random trials before tpe, cmaes or gp take over
+    population_size: int = Field(50, ge=2)  # nsga2: trials per generation (the first is random)
 
 
 class HyperOptSearcher(WarmStart):

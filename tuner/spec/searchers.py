@@ -28,7 +28,7 @@ def _variant_generator(sweep: cfg.SweepConfig, max_concurrent: int) -> Any:
     return BasicVariantGenerator(random_state=sweep.seed, max_concurrent=max_concurrent)
 
 
-def optuna_sampler(name: str, seed: int, n_startup_trials: int) -> Any:
+def optuna_sampler(name: str, seed: int, n_startup_trials: int, population_size: int = 50) -> Any:
     """Optuna's sampler by the name the file gives (``searcher.sampler``)."""
     import optuna
 
@@ -38,7 +38,7 @@ def optuna_sampler(name: str, seed: int, n_startup_trials: int) -> Any:
         "cmaes": lambda: samplers.CmaEsSampler(seed=seed, n_startup_trials=n_startup_trials),
         "gp": lambda: samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials),
         "qmc": lambda: samplers.QMCSampler(seed=seed, scramble=True),
-        "nsga2": lambda: samplers.NSGAIISampler(seed=seed),
+        "nsga2": lambda: samplers.NSGAIISampler(seed=seed, population_size=population_size),
         "random": lambda: samplers.RandomSampler(seed=seed),
     }
     return builders[name]()
@@ -57,7 +57,9 @@ def _optuna(sweep: cfg.SweepConfig, max_concurrent: int, sampler: str | None = N
     s = sweep.searcher
     with warnings.catch_warnings():  # qmc, gp: "experimental" in Optuna's words; chosen in the file
         warnings.simplefilter("ignore", ExperimentalWarning)
-        chosen = optuna_sampler(sampler or s.sampler, sweep.seed, getattr(s, "n_startup_trials", 4))
+        chosen = optuna_sampler(
+            sampler or s.sampler, sweep.seed, getattr(s, "n_startup_trials", 4), getattr(s, "population_size", 50)
+        )
     space = OptunaSpace(sweep.param_specs())
     if sweep.objectives:  # several: Optuna is told every one when a trial ends
         metric, mode = [o.metric for o in sweep.objectives], [o.mode for o in sweep.objectives]
@@ -126,11 +128,17 @@ def build_searcher(
 
     if draw:
         sweep = sweep.model_copy(update={"seed": sweep.seed + draw})
+    slots = max_concurrent
     if sweep.searcher.name in ("random", "grid") and not gpus_out_of_sight and not cpus_kept_free:
         max_concurrent = sweep.trials.max_concurrent or 0
     searcher = SEARCHERS[sweep.searcher.name](sweep, max_concurrent)
+    if not max_concurrent and isinstance(searcher, Searcher):  # random on a conditional space (Optuna's)
+        # Proposed as trials can start, not num_samples up front (Tune would make every trial
+        # first); HyperBand's paused trials stay live, so its brackets need them all at once.
+        brackets = sweep.scheduler.name in ("hyperband", "bohb")
+        max_concurrent = sweep.total_trials if brackets else max(1, slots)
     if isinstance(searcher, Searcher):  # model-based: propose only as many as can run
-        return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent or sweep.total_trials)
+        return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
     return searcher
 
 
