@@ -383,8 +383,8 @@ BAD = [
         "unknown_metric",
         "metric: accuracy\n",
         1,
-        r"metric: tuner's loop reports val_accuracy, val_loss, train_loss, but got 'accuracy' \(a training function "
-        r"or command of your own may report any metric\)$",
+        r"metric: tuner's loop reports val_accuracy, val_loss, train_loss, params, latency_ms, but got 'accuracy' "
+        r"\(a training function or command of your own may report any metric\)$",
         "'accuracy'",
     ),
     Bad(

@@ -73,7 +73,7 @@ BAD = [
         r"train\.lr: a setting of tuner's own loop, which trainable replaces; give your code its values in "
         r"space\.params \(a constant is a plain value there\) and keep train\.epochs only$"),
     Bad("own_metric_in_tuners_loop", "metric: f1\nmode: max\n", 1,
-        r"metric: tuner's loop reports val_accuracy, val_loss, train_loss, but got 'f1' .*$"),
+        r"metric: tuner's loop reports val_accuracy, val_loss, train_loss, params, latency_ms, but got 'f1' .*$"),
     Bad("command_names_an_unknown_field", "command: [python, train.py, --lr, '{lr}']\n", 1,
         r"command: argument 3 '\{lr\}' names \{lr\}, which is neither a searched parameter nor one of epochs, "
         r"trial_id, trial_dir, checkpoint_dir, resume_from$"),

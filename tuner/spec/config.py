@@ -1086,6 +1086,11 @@ def json_schema() -> dict[str, Any]:
     """The sweep file's JSON Schema, from the models that validate it: for editors (the
     YAML language server completes and checks a file while it is typed)."""
     schema = SweepConfig.model_json_schema()
+    # As written in a file: metric and mode may be lists (several objectives), which the
+    # model turns into metric/mode + objectives before its fields see them.
+    properties = schema["properties"]
+    properties["metric"] = {"anyOf": [properties["metric"], {"type": "array", "items": {"type": "string"}}]}
+    properties["mode"] = {"anyOf": [properties["mode"], {"type": "array", "items": {"enum": ["max", "min"]}}]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "tuner sweep file",
