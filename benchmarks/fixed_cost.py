@@ -132,7 +132,8 @@ def summarise(out: Path, started: float, exited: float) -> dict:
     later = [row["images_per_s"] for rows in histories.values() for row in rows[1:]]
     best = json.loads((sweep_dir / "best" / "metrics.json").read_text())
     return {
-        # On the MLflow callback's writer thread (tracking/callbacks.py), while Tune starts the first trials: not a part of its own.
+        # On the MLflow callback's writer thread (tracking/callbacks.py), while Tune starts the
+        # first trials: not a part of its own.
         "mlflow_store_open_s": mlflow_open[1] - mlflow_open[0],
         "wall_s": wall,
         "trials_span_s": span,

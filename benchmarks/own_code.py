@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 EPOCHS = 10
-FUNCTION = '''
+FUNCTION = """
 import json
 from pathlib import Path
 
@@ -47,7 +47,7 @@ def train(params, context):
         accuracy, loss = synthetic.observe(skill, 0.005, 0, epoch + 1)
         (folder / "skill.json").write_text(json.dumps({"skill": skill}))
         context.report({"val_accuracy": accuracy, "val_loss": loss}, checkpoint=folder)
-'''
+"""
 
 
 def sweep_file(folder: Path, kind: str, trials: int) -> Path:

@@ -228,14 +228,10 @@ def zdt1_ideal_hypervolume(reference: tuple[float, float] = ZDT1_REFERENCE) -> f
 
 
 def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float] = ZDT1_REFERENCE) -> float:
-    """The area two-objective (minimised) points dominate inside the reference box."""
-    inside = sorted((a, b) for a, b in points if a < reference[0] and b < reference[1])
-    area, ceiling = 0.0, reference[1]
-    for a, b in inside:
-        if b < ceiling:
-            area += (reference[0] - a) * (ceiling - b)
-            ceiling = b
-    return area
+    """The area two-objective (minimised) points dominate inside the reference box (tuner's own)."""
+    from tuner.folder.pareto import hypervolume as dominated
+
+    return dominated(points, reference, ("min", "min"))
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:

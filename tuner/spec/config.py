@@ -692,18 +692,23 @@ def _check_space(cfg: SweepConfig) -> None:
                     dist=spec.kind,
                     args=list(spec.args),
                 )
-            for value in spec.representative_values():
-                data = {name: value} if section in (TrainConfig, DataConfig) else {"name": cfg.model.name, name: value}
-                try:
-                    section.model_validate(data)
-                except ValidationError as error:
-                    raise _fail(
-                        "{where}.{name}: value {value!r} is invalid ({reason})",
-                        where=where,
-                        name=name,
-                        value=value,
-                        reason=_lower_first(error.errors()[0]["msg"]),
-                    ) from None
+            _check_values(where, name, spec, section, cfg.model.name)
+
+
+def _check_values(where: str, name: str, spec: spaces.ParamSpec, section: type[BaseModel], model: str) -> None:
+    """Every value ``name`` can take is valid for the section that defines it."""
+    for value in spec.representative_values():
+        data = {name: value} if section in (TrainConfig, DataConfig) else {"name": model, name: value}
+        try:
+            section.model_validate(data)
+        except ValidationError as error:
+            raise _fail(
+                "{where}.{name}: value {value!r} is invalid ({reason})",
+                where=where,
+                name=name,
+                value=value,
+                reason=_lower_first(error.errors()[0]["msg"]),
+            ) from None
 
 
 def _check_model_choice(cfg: SweepConfig, models: spaces.ParamSpec) -> None:
@@ -731,19 +736,8 @@ def _check_model_choice(cfg: SweepConfig, models: spaces.ParamSpec) -> None:
                     name=name,
                     valid=", ".join(sorted(n for n, s in allowed.items() if s is type(model))),
                 )
-            section = allowed.get(option)
-            for value in spec.representative_values() if section is not None else []:
-                data = {option: value} if section in (TrainConfig, DataConfig) else {"name": name, option: value}
-                try:
-                    section.model_validate(data)
-                except ValidationError as error:
-                    raise _fail(
-                        "{where}.{option}: value {value!r} is invalid ({reason})",
-                        where=where,
-                        option=option,
-                        value=value,
-                        reason=_lower_first(error.errors()[0]["msg"]),
-                    ) from None
+            if option in allowed:
+                _check_values(where, option, spec, allowed[option], name)
 
 
 def _walk(origin: str, specs: dict[str, spaces.ParamSpec]) -> list[tuple[str, str, spaces.ParamSpec]]:
