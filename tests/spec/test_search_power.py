@@ -300,7 +300,16 @@ def test_pb2_without_a_numeric_parameter_is_refused():
 
 
 def test_every_new_experiment_file_validates():
-    for name in ("mnist_conditional", "mnist_auto", "mnist_optuna_gp", "mnist_pb2", "mnist_multiobjective"):
+    for name in (
+        "mnist_conditional",
+        "mnist_auto",
+        "mnist_optuna_gp",
+        "mnist_optuna_cmaes",
+        "mnist_optuna_qmc",
+        "mnist_nsga2",
+        "mnist_pb2",
+        "mnist_multiobjective",
+    ):
         built = config.load_sweep(name)
         assert load_yaml(config.resolve_sweep_path(name)).data["name"] == built.name
 
