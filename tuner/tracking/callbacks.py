@@ -72,7 +72,9 @@ class MlflowTrials(Callback):
         self._then(lambda *args: self.record.trial_run(*args), trial.trial_id, dict(trial.config))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        self._then(lambda *args: self.record.log_result(*args), trial.trial_id, dict(trial.config), result)
+        # A copy, taken here: Tune goes on adding to the result while the writer thread logs it
+        # ("dictionary changed size during iteration", seen in benchmarks/search_quality.py).
+        self._then(lambda *args: self.record.log_result(*args), trial.trial_id, dict(trial.config), dict(result))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         epochs = int((trial.last_result or {}).get("training_iteration", 0))
