@@ -183,13 +183,16 @@ def importance(sweep: Sweep) -> Importance:
         "the last epoch every trial reached"
     )
     rows = [(t.config, value_at(sweep, t.trial_id, epoch)) for t in sweep.trials]
-    rows = [(c, v) for c, v in rows if v is not None and all(name in c for name in sweep.searched)]
+    rows = [(c, v) for c, v in rows if v is not None]
     if not sweep.searched:
         return Importance({}, method, "nothing was searched: every hyperparameter is a constant")
     if len(rows) < 2 or len({v for _, v in rows}) < 2:
         return Importance({}, method, f"needs at least two trials with different {sweep.metric} at epoch {epoch}")
+    # A conditional choice's branch parameters are in some trials only: the choice itself
+    # stands for them here (fANOVA wants every parameter in every trial).
+    everywhere = {name: spec for name, spec in sweep.searched.items() if all(name in c for c, _ in rows)}
     distributions: dict[str, Any] = {}
-    for name, spec in sweep.searched.items():
+    for name, spec in everywhere.items():
         seen = [c[name] for c, _ in rows]
         if len({json.dumps(v, sort_keys=True) for v in seen}) < 2:
             continue  # one value in every trial: nothing to attribute to it

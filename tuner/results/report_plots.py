@@ -146,7 +146,16 @@ def _legend(ax: Any, corner: str) -> None:
 
 
 def _axis_position(spec: ParamSpec | None, values: list[Any]) -> tuple[list[float], list[tuple[float, str]]]:
-    """Values on a 0-1 axis and the axis's tick labels: log for log ranges, slots for choices."""
+    """Values on a 0-1 axis and the axis's tick labels: log for log ranges, slots for choices.
+    A parameter of a conditional choice's branch, absent from the other branches' trials,
+    puts those at the bottom ("-") and its values above."""
+    present = [v for v in values if v is not None]
+    if present and len(present) < len(values):
+        positions, ticks = _axis_position(spec, present)
+        scaled = iter(0.15 + 0.85 * p for p in positions)
+        return [0.0 if v is None else next(scaled) for v in values], [(0.0, "-")] + [
+            (0.15 + 0.85 * at, text) for at, text in ticks
+        ]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     if spec is not None and spec.kind in ("choice", "grid") or not numeric:
         levels = sorted({json.dumps(v) for v in values}, key=_level_order)
