@@ -755,7 +755,12 @@ def main() -> None:
     parser.add_argument("--time-budget", type=float, default=None, help="seconds per sweep in the time budget")
     parser.add_argument("--cpus", type=int, default=os.cpu_count(), help="Ray's CPUs (= concurrent trials)")
     parser.add_argument("--out", default=None, help="output folder (default: a new temporary one)")
+    parser.add_argument(
+        "--from", dest="saved", default=None, help="a results.json: its table and curves again (a run cut short too)"
+    )
     args = parser.parse_args()
+    if args.saved:
+        return from_saved(Path(args.saved))
 
     problems = [p.strip() for p in args.problems.split(",") if p.strip()]
     names = [c.strip() for c in args.contestants.split(",")] if args.contestants else [c.name for c in CONTESTANTS]
@@ -847,6 +852,21 @@ def summary_line(problem: Problem, run: Run) -> str:
         f"{run.problem:<12} {run.mode:<6} seed {run.seed:<2} {run.contestant:<22} regret {regret:.4g}  "
         f"({spent}, {run.trials} trials, {run.wall_s:.1f} s)"
     )
+
+
+def from_saved(path: Path) -> None:
+    """The table and curves of a saved results.json (every run it holds, finished or not cut)."""
+    saved = json.loads(path.read_text())
+    problems = {name: PROBLEMS[name] for name in saved["problems"]}
+    runs = [Run(**run) for run in saved["runs"]]
+    seeds = sorted({run.seed for run in runs})
+    print(f"{len(runs)} runs, seeds {seeds[0]}-{seeds[-1]}, from {path}\n")
+    print(table(problems, runs))
+    for problem in problems.values():
+        chosen = [r for r in runs if r.problem == problem.name]
+        if any(r.status == "ok" for r in chosen):
+            plot(problem, chosen, path.parent / f"{problem.name}.png")
+    print(f"\ncurves: {path.parent}/<problem>.png")
 
 
 def raw(args: argparse.Namespace, problems: dict[str, Problem], runs: list[Run]) -> dict[str, Any]:
