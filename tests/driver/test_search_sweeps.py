@@ -155,6 +155,8 @@ def test_extend_runs_more_trials_in_the_same_folder_twice_and_best_is_over_all(c
         done = tuner_cli("extend", str(conditional.root), "--trials", "2")
         assert done.returncode == 0, done.stderr[-2000:]
         assert (conditional.root / f"tune-{round_}").is_dir()
+        previous = "tune" if round_ == 2 else f"tune-{round_ - 1}"
+        assert f"  extend: 2 more trial(s) in tune-{round_}/, the searcher going on from {previous}/" in done.stdout
         histories = records.trial_histories(conditional)
         assert len(histories) == total
         saved = yaml.safe_load((conditional.root / "sweep.yaml").read_text())

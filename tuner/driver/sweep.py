@@ -261,7 +261,12 @@ def _run(
         held += f"; {data_cpus} CPU(s) kept free of trials for its tasks"
     # A reader gone away (``| head``) does not stop the sweep: show() goes quiet instead.
     show(describe(sweep, slots, use_gpu, data, paths, held))
-    for line in [] if resume else earlier_run_note(sweep, paths):
+    if paths.part > 1 and not resume:
+        show(
+            f"  extend: {sweep.total_trials} more trial(s) in {paths.tune.name}/, the searcher going on from "
+            f"{paths.parts()[-2].tune.name}/"
+        )
+    for line in [] if resume or paths.part > 1 else earlier_run_note(sweep, paths):  # not when extending
         show(line)
     data_ref = ray.put(data) if data is not None else None
     reporter = _reporter(sweep, paths)
