@@ -225,7 +225,7 @@ def test_auto_says_what_it_picked_first(local_ray, tmp_path, capsys):
     )
     run_sweep(sweep)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].startswith("  auto picked searcher optuna (gp): 2 numeric parameters and 3 trials run to the end")
+    assert lines[1].startswith("  auto picked searcher optuna (gp): 2 numeric parameters and 3 trials, which a")
     saved = yaml.safe_load((tmp_path / "runs" / "auto" / "sweep.yaml").read_text())
     assert saved["searcher"]["name"] == "optuna" and saved["searcher"]["sampler"] == "gp"
 

@@ -248,14 +248,24 @@ def test_warm_start_is_refused_where_no_result_is_learned_from():
     ("params", "trials", "epochs", "scheduler", "searcher", "picked_scheduler"),
     [
         (FLAT, 20, 1, None, {"name": "optuna", "sampler": "gp"}, "fifo"),
-        (FLAT, 20, 6, None, {"name": "optuna", "sampler": "tpe"}, "asha"),
-        (FLAT, 100, 1, None, {"name": "optuna", "sampler": "tpe"}, "fifo"),
+        (FLAT, 200, 6, None, {"name": "optuna", "sampler": "gp"}, "fifo"),  # a GP, not ASHA: benchmarks/README.md
+        (FLAT, 300, 1, None, {"name": "optuna", "sampler": "tpe"}, "fifo"),
+        ({**FLAT, "optimizer": {"choice": ["adam", "sgd"]}}, 20, 6, None, {"name": "optuna", "sampler": "tpe"}, "asha"),
         (CONDITIONAL, 20, 1, None, {"name": "optuna", "sampler": "tpe"}, "fifo"),
         ({**FLAT, "optimizer": {"choice": ["adam", "sgd"]}}, 4, 2, None, {"name": "optuna", "sampler": "tpe"}, "fifo"),
         ({**FLAT, "batch_size": {"grid": [32, 64]}}, 4, 4, None, {"name": "random"}, "fifo"),
         (FLAT, 20, 6, {"name": "median"}, {"name": "optuna", "sampler": "tpe"}, "median"),
     ],
-    ids=["few-numeric", "with-asha", "many-trials", "conditional", "choices", "grid", "file-scheduler"],
+    ids=[
+        "few-numeric",
+        "gp-not-asha",
+        "many-trials",
+        "choices-asha",
+        "conditional",
+        "choices",
+        "grid",
+        "file-scheduler",
+    ],
 )
 def test_auto_picks_from_the_space_budget_and_epochs(params, trials, epochs, scheduler, searcher, picked_scheduler):
     sections = {"trials": {"num_samples": trials}, "train": {"epochs": epochs}}
@@ -275,10 +285,13 @@ def test_auto_picks_from_the_space_budget_and_epochs(params, trials, epochs, sch
 def test_auto_says_why_and_keeps_a_warm_start():
     built = sweep(FLAT, {"name": "auto", "warm_start": "runs/earlier"}, trials={"num_samples": 30})
     assert built.searcher.name == "optuna" and built.searcher.warm_start == "runs/earlier"
-    assert "trials stopped early report partial values" in built.picked  # ASHA on: TPE, not a GP
-    assert built.picked.endswith("ASHA stops the worst trials early (30 trials of 4 epochs)")
-    choice = auto.pick(built.param_specs(), trials=30, epochs=4, scheduler_given=False)
+    assert built.picked.startswith("auto picked searcher optuna (gp): 4 numeric parameters and 30 trials")
+    assert built.scheduler.name == "fifo"
+    choices = {**FLAT, "optimizer": {"choice": ["adam", "sgd"]}}
+    choice = auto.pick(config.SweepConfig.model_validate({"name": "x", "space": {"params": choices}}).param_specs(),
+                       trials=30, epochs=4, scheduler_given=False)  # fmt: skip
     assert choice.scheduler == {"name": "asha", "grace_period": 1, "reduction_factor": 3}
+    assert choice.reason.endswith("ASHA stops the worst trials early (30 trials of 4 epochs)")
 
 
 # --- PB2 -----------------------------------------------------------------------------------------------
