@@ -292,5 +292,5 @@ def test_pb2_explores_within_the_bounds_of_the_space(local_ray, tmp_path):
     assert len(histories) == 4 and all(len(rows) == 4 for rows in histories.values())
     exploited = [row for rows in histories.values() for row in rows if row.get("resumed_from") not in ("", None)]
     assert exploited, "PB2 never continued a trial from a better one's checkpoint"
-    for path in outcome.paths.tune.glob("*/params.json"):
-        assert 1.0e-4 <= json.loads(path.read_text())["lr"] <= 1.0e-1
+    for path in outcome.paths.tune.glob("*/params.json"):  # PB2's GP works in float32: a bound to ~1e-7
+        assert 1.0e-4 * (1 - 1e-6) <= json.loads(path.read_text())["lr"] <= 1.0e-1 * (1 + 1e-6)
