@@ -756,11 +756,14 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=os.cpu_count(), help="Ray's CPUs (= concurrent trials)")
     parser.add_argument("--out", default=None, help="output folder (default: a new temporary one)")
     parser.add_argument(
-        "--from", dest="saved", default=None, help="a results.json: its table and curves again (a run cut short too)"
+        "--from",
+        dest="saved",
+        default=None,
+        help="results.json files, comma-separated: their runs' table and curves together (runs cut short too)",
     )
     args = parser.parse_args()
     if args.saved:
-        return from_saved(Path(args.saved))
+        return from_saved([Path(p) for p in args.saved.split(",") if p], Path(args.out) if args.out else None)
 
     problems = [p.strip() for p in args.problems.split(",") if p.strip()]
     names = [c.strip() for c in args.contestants.split(",")] if args.contestants else [c.name for c in CONTESTANTS]
@@ -854,19 +857,25 @@ def summary_line(problem: Problem, run: Run) -> str:
     )
 
 
-def from_saved(path: Path) -> None:
-    """The table and curves of a saved results.json (every run it holds, finished or not cut)."""
-    saved = json.loads(path.read_text())
-    problems = {name: PROBLEMS[name] for name in saved["problems"]}
-    runs = [Run(**run) for run in saved["runs"]]
+def from_saved(paths: list[Path], out: Path | None) -> None:
+    """The table and curves of saved results.json files (every run they hold, finished or cut short):
+    runs split over several invocations (one per budget, some contestants, more seeds) read as one."""
+    problems: dict[str, Problem] = {}
+    runs: list[Run] = []
+    for path in paths:
+        saved = json.loads(path.read_text())
+        problems.update({name: PROBLEMS[name] for name in saved["problems"]})
+        runs += [Run(**run) for run in saved["runs"]]
+    out = out or paths[0].parent
+    out.mkdir(parents=True, exist_ok=True)
     seeds = sorted({run.seed for run in runs})
-    print(f"{len(runs)} runs, seeds {seeds[0]}-{seeds[-1]}, from {path}\n")
+    print(f"{len(runs)} runs, seeds {seeds[0]}-{seeds[-1]}, from {', '.join(map(str, paths))}\n")
     print(table(problems, runs))
     for problem in problems.values():
         chosen = [r for r in runs if r.problem == problem.name]
         if any(r.status == "ok" for r in chosen):
-            plot(problem, chosen, path.parent / f"{problem.name}.png")
-    print(f"\ncurves: {path.parent}/<problem>.png")
+            plot(problem, chosen, out / f"{problem.name}.png")
+    print(f"\ncurves: {out}/<problem>.png")
 
 
 def raw(args: argparse.Namespace, problems: dict[str, Problem], runs: list[Run]) -> dict[str, Any]:
