@@ -191,6 +191,21 @@ def test_every_searcher_builds(name):
         assert built.max_concurrent == 2
 
 
+@pytest.mark.parametrize("scheduler", [None, *sorted(schedulers.SCHEDULERS)])
+def test_auto_with_any_scheduler_named_builds_a_pair_that_validates(scheduler):
+    """``searcher: auto`` is in the registry's contract through what it picks: with any
+    scheduler the file names (or none), the sweep validates and both halves build."""
+    data = {"name": "registry_test", "train": {"epochs": EPOCHS}, "searcher": {"name": "auto"}}
+    data["space"] = {"params": PARAMS}
+    if scheduler is not None:
+        data["scheduler"] = {"name": scheduler}
+    sweep = SweepConfig.model_validate(data)
+    assert sweep.searcher.name in searchers.SEARCHERS and sweep.picked
+    assert scheduler is None or sweep.scheduler.name == scheduler
+    assert type(unwrap(searchers.build_searcher(sweep, 2))) is searcher_class(sweep.searcher.name)
+    assert schedulers.build_scheduler(sweep).set_search_properties(METRIC, MODE) is True
+
+
 def test_the_variant_generator_takes_only_the_users_concurrency_cap():
     # Resources decide how many trials run; a cap from them would starve HyperBand's brackets.
     built = searchers.build_searcher(sweep_with(searcher="random"), 3)

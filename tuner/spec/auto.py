@@ -3,9 +3,12 @@ the space, the budget and the epochs; the reason is printed when the sweep start
 
 The rules, and what benchmarks/search_quality.py measured of them (benchmarks/README.md):
 
-- several objectives: Optuna's TPE in its multi-objective mode, and FIFO (no scheduler
-  compares several objectives; NSGA-II needs generations of trials to beat random). On
-  ZDT1 it had the lowest hypervolume gap of the contestants.
+- a scheduler named in the file that needs a searcher of its own: BOHB's searcher with
+  the bohb scheduler, random search with pbt or pb2 (they explore by themselves);
+- several objectives: random search when the space has grid values, else Optuna's TPE in
+  its multi-objective mode, and FIFO (no scheduler compares several objectives; NSGA-II
+  needs generations of trials to beat random). On ZDT1 it had the lowest hypervolume gap
+  of the contestants.
 - grid values in the space: the variant generator, the only searcher that expands them;
 - a conditional space: Optuna's TPE, which samples it define-by-run;
 - only numeric parameters, at most 8 of them, at most 256 trials, and no scheduler named
@@ -39,11 +42,36 @@ class Choice:
     reason: str
 
 
+# The schedulers that take one searcher only (tuner/spec/config.py checks the pairs).
+SCHEDULERS_OWN_SEARCHER = {
+    "bohb": ({"name": "bohb"}, "scheduler bohb goes with BOHB's own searcher"),
+    "pbt": ({"name": "random"}, "scheduler pbt explores by itself from random starting points"),
+    "pb2": ({"name": "random"}, "scheduler pb2 explores by itself from random starting points"),
+}
+
+
 def pick(
-    specs: dict[str, ParamSpec], *, trials: int, epochs: int, scheduler_given: bool, objectives: int = 0
+    specs: dict[str, ParamSpec],
+    *,
+    trials: int,
+    epochs: int,
+    scheduler_given: bool,
+    objectives: int = 0,
+    scheduler: str | None = None,
 ) -> Choice:
+    """``scheduler``: the name of the scheduler the file gives (``scheduler_given``)."""
     searched = {name: spec for name, spec in specs.items() if spec.kind != "constant"}
     kinds = {spec.kind for spec in searched.values()}
+    if scheduler_given and scheduler in SCHEDULERS_OWN_SEARCHER:
+        searcher, why = SCHEDULERS_OWN_SEARCHER[scheduler]
+        return Choice(dict(searcher), None, f"auto picked searcher {searcher['name']}: {why}")
+    if objectives > 1 and "grid" in kinds:
+        return Choice(
+            {"name": "random"},
+            None if scheduler_given else {"name": "fifo"},
+            f"auto picked searcher random: {objectives} objectives over a space with grid values, which only "
+            "the variant generator expands; FIFO: no scheduler compares several objectives",
+        )
     if objectives > 1:
         return Choice(
             {"name": "optuna", "sampler": "tpe"},

@@ -916,9 +916,16 @@ def _pick(cfg: SweepConfig) -> None:
         epochs=cfg.train.epochs,
         scheduler_given="scheduler" in cfg.model_fields_set,
         objectives=len(cfg.objectives),
+        scheduler=cfg.scheduler.name,
     )
     searcher = dict(choice.searcher)
     if cfg.searcher.warm_start is not None:
+        if searcher["name"] != "optuna":  # only Optuna is told earlier results
+            raise _fail(
+                "searcher.warm_start: {reason}, which takes no earlier results; warm starts need Optuna "
+                "(a space without grid values, a scheduler other than pbt, pb2 or bohb)",
+                reason=choice.reason.split(";")[0],
+            )
         searcher["warm_start"] = cfg.searcher.warm_start
     object.__setattr__(cfg, "searcher", TypeAdapter(SearcherConfig).validate_python(searcher))
     if choice.scheduler is not None:
@@ -1085,6 +1092,23 @@ def json_schema() -> dict[str, Any]:
     properties = schema["properties"]
     properties["metric"] = {"anyOf": [properties["metric"], {"type": "array", "items": {"type": "string"}}]}
     properties["mode"] = {"anyOf": [properties["mode"], {"type": "array", "items": {"enum": ["max", "min"]}}]}
+    # The model itself as a choice, each model with its options (checked by the loader, per model).
+    choice_of_models = {
+        "type": "object",
+        "properties": {
+            "name": {
+                "type": "object",
+                "properties": {
+                    "choice": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "object"}}
+                },
+                "required": ["choice"],
+                "additionalProperties": False,
+            }
+        },
+        "required": ["name"],
+        "additionalProperties": False,
+    }
+    properties["model"] = {"anyOf": [properties["model"], choice_of_models]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "tuner sweep file",
