@@ -4,14 +4,15 @@ PB2's bounds, and the one-line refusals of combinations that cannot work."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from tuner.errors import ConfigError
+from tuner.folder import pareto
 from tuner.spec import auto, config, schedulers, searchers, spaces
 from tuner.spec.optuna_space import OptunaSpace
-from tuner.spec.yamlio import load_yaml
 
 METRIC, MODE = "val_accuracy", "max"
 
@@ -312,19 +313,131 @@ def test_pb2_without_a_numeric_parameter_is_refused():
         sweep({"optimizer": {"choice": ["adam", "sgd"]}}, scheduler={"name": "pb2"})
 
 
-def test_every_new_experiment_file_validates():
-    for name in (
-        "mnist_conditional",
-        "mnist_auto",
-        "mnist_optuna_gp",
-        "mnist_optuna_cmaes",
-        "mnist_optuna_qmc",
-        "mnist_nsga2",
-        "mnist_pb2",
-        "mnist_multiobjective",
-    ):
+def test_every_new_experiment_file_holds_the_feature_it_shows():
+    """Each issue-26 experiment file loads and really uses its feature (tests/spec/test_experiments.py
+    runs each one at smoke size)."""
+    shows = {
+        "mnist_conditional": lambda b: b.searcher.name == "optuna" and spaces.is_conditional(b.param_specs()),
+        "mnist_model_choice": lambda b: b.searcher.name == "random" and config.MODEL_CHOICE in b.param_specs(),
+        "mnist_conditional_hyperopt": lambda b: (
+            b.searcher.name == "hyperopt" and spaces.is_conditional(b.param_specs())
+        ),
+        "mnist_auto": lambda b: b.picked is not None and b.searcher.name != "auto",
+        "mnist_optuna_gp": lambda b: b.searcher.sampler == "gp",
+        "mnist_optuna_cmaes": lambda b: b.searcher.sampler == "cmaes",
+        "mnist_optuna_qmc": lambda b: b.searcher.sampler == "qmc",
+        "mnist_optuna_random": lambda b: b.searcher.sampler == "random",
+        "mnist_nsga2": lambda b: b.searcher.sampler == "nsga2" and len(b.objectives) == 2,
+        "mnist_pb2": lambda b: b.scheduler.name == "pb2",
+        "mnist_multiobjective": lambda b: len(b.objectives) == 2 and isinstance(b.select, config.SelectRule),
+        "mnist_warm_start": lambda b: b.searcher.warm_start is not None,
+    }
+    for name, holds in shows.items():
         built = config.load_sweep(name)
-        assert load_yaml(config.resolve_sweep_path(name)).data["name"] == built.name
+        assert holds(built), f"experiments/{name}.yaml does not show its feature"
+
+
+# --- several objectives ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Point:
+    trial_id: str
+    row: dict[str, float]
+
+
+POINTS = [
+    Point("a", {"acc": 0.90, "params": 1000}),
+    Point("b", {"acc": 0.95, "params": 5000}),
+    Point("c", {"acc": 0.97, "params": 50000}),
+    Point("d", {"acc": 0.93, "params": 6000}),  # dominated by b
+    Point("e", {"acc": 0.90, "params": 1000}),  # equal to a: neither dominates
+]
+TWO = [("acc", "max"), ("params", "min")]
+
+
+def test_the_front_keeps_what_no_other_point_dominates():
+    assert [p.trial_id for p in pareto.front(POINTS, TWO)] == ["a", "b", "c", "e"]
+    assert pareto.dominates([0.95, 5000], [0.93, 6000], ["max", "min"])
+    assert not pareto.dominates([0.90, 1000], [0.90, 1000], ["max", "min"])
+
+
+def test_the_knee_is_nearest_the_ideal_point_over_the_scaled_front():
+    chosen, said = pareto.choose(POINTS, TWO, pareto.Rule())
+    assert chosen.trial_id == "b" and said.startswith("knee")
+
+
+def test_a_where_rule_takes_the_best_meeting_it_else_the_knee_and_says_so():
+    rule = pareto.Rule("acc", "max", pareto.parse_where("params < 10000 and acc >= 0.9"))
+    chosen, said = pareto.choose(POINTS, TWO, rule)
+    assert chosen.trial_id == "b" and said == "max acc where params < 10000 and acc >= 0.9"
+    nobody = pareto.Rule("acc", "max", pareto.parse_where("params < 10"))
+    chosen, said = pareto.choose(POINTS, TWO, nobody)
+    assert chosen.trial_id == "b" and said == "knee, as no trial on the front meets max acc where params < 10"
+    with pytest.raises(ValueError, match=r"cannot read condition 'params ~ 3'"):
+        pareto.parse_where("params < 5 and params ~ 3")
+
+
+def test_hypervolume_of_two_objectives():
+    # minimise both, reference (4, 4): points (1, 3) and (3, 1) cover 3 + 3 - 1 = 5
+    assert pareto.hypervolume([(1, 3), (3, 1)], (4, 4), ["min", "min"]) == pytest.approx(5.0)
+    assert pareto.hypervolume([(1, 3), (3, 1), (3.5, 3.5)], (4, 4), ["min", "min"]) == pytest.approx(5.0)
+    assert pareto.hypervolume([(2, 3)], (0, 4), ["max", "min"]) == pytest.approx(2.0)  # maximised: above 0
+    assert pareto.hypervolume([(-1, 3)], (0, 4), ["max", "min"]) == 0.0  # worse than the reference
+
+
+TWO_METRICS = {"metric": ["val_accuracy", "params"], "mode": ["max", "min"]}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"scheduler": {"name": "asha"}}, r"scheduler.name: 'asha' compares trials by one metric, but the sweep "
+         r"has 2 objectives \(val_accuracy, params\); use fifo"),
+        ({"searcher": {"name": "hyperopt"}}, r"searcher.name: searcher 'hyperopt' optimises one metric"),
+        ({"searcher": {"name": "optuna", "sampler": "cmaes"}}, r"searcher.name: optuna's cmaes sampler optimises"),
+        ({"searcher": {"name": "optuna", "warm_start": "runs/x"}},
+         r"searcher.warm_start: a warm start tells one metric's results; the sweep has 2 objectives"),
+        ({"select": {"max": "val_accuracy", "min": "params"}}, r"select: give max: METRIC or min: METRIC \(one"),
+        ({"select": {"max": "test_accuracy"}}, r"select: 'test_accuracy' is not an objective; choose from"),
+        ({"select": {"max": "val_accuracy", "where": "params <<< 3"}}, r"select.where: cannot read condition"),
+        ({"mode": ["max", "max"]}, r"mode: params is best at min, but got 'max'"),
+        ({"metric": ["val_accuracy", "speed"]}, r"metric: tuner's loop reports .*, but got 'speed'"),
+    ],
+    ids=["asha", "hyperopt", "cmaes", "warm-start", "two-rules", "not-an-objective", "where", "mode", "unknown"],
+)  # fmt: skip
+def test_what_cannot_serve_several_objectives_is_refused_in_one_line(change, message):
+    data = {"name": "two", "searcher": {"name": "optuna"}, **TWO_METRICS, **change}
+    with pytest.raises(Exception, match=message):
+        config.SweepConfig.model_validate(data)
+
+
+def test_a_single_metric_refuses_a_front_rule_and_a_size_metric_alone():
+    with pytest.raises(Exception, match=r"select: picks one point of a Pareto front"):
+        config.SweepConfig.model_validate({"name": "one", "select": {"max": "val_accuracy"}})
+    with pytest.raises(Exception, match=r"metric: 'params' alone would find the smallest model"):
+        config.SweepConfig.model_validate({"name": "one", "metric": "params"})
+
+
+def test_auto_with_two_objectives_takes_grid_values_to_random_search():
+    built = sweep({**FLAT, "batch_size": {"grid": [32, 64]}}, "auto", **TWO_METRICS)
+    assert built.searcher.name == "random" and built.scheduler.name == "fifo"
+    assert built.picked.startswith("auto picked searcher random: 2 objectives over a space with grid values")
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "searcher"), [("bohb", "bohb"), ("pbt", "random"), ("pb2", "random")], ids=["bohb", "pbt", "pb2"]
+)
+def test_auto_gives_a_scheduler_that_needs_its_own_searcher_that_searcher(scheduler, searcher):
+    params = {"lr": {"loguniform": [1.0e-4, 1.0e-2]}, "dropout": {"uniform": [0.0, 0.5]}}
+    built = sweep(params, "auto", scheduler={"name": scheduler}, trials={"num_samples": 8})
+    assert built.searcher.name == searcher and built.scheduler.name == scheduler
+    assert built.picked.startswith(f"auto picked searcher {searcher}: scheduler {scheduler}")
+
+
+def test_auto_refuses_a_warm_start_where_it_must_pick_a_searcher_that_cannot_take_one():
+    with pytest.raises(Exception, match=r"searcher.warm_start: auto picked searcher random: the space has grid values"):
+        sweep({**FLAT, "batch_size": {"grid": [32, 64]}}, {"name": "auto", "warm_start": "runs/x"})
+    with pytest.raises(Exception, match=r"searcher.warm_start: auto picked searcher random: scheduler pbt"):
+        sweep(FLAT, {"name": "auto", "warm_start": "runs/x"}, scheduler={"name": "pbt"})
 
 
 # --- a choice of models ---------------------------------------------------------------------------------
