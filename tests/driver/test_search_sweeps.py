@@ -10,6 +10,8 @@ two-objective sweep runs a user's training function from a folder tuner never sa
 from __future__ import annotations
 
 import json
+import pickle
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -112,6 +114,19 @@ def test_a_conditional_space_reaches_every_record_as_the_branch_taken(conditiona
     best = tuner_cli("best", str(conditional.root))
     assert best.returncode == 0 and "  optimizer: " in best.stdout
 
+    # the report: a branch's parameter sits at "-" in the trials of the other branch, and
+    # importance is computed over every trial (the choice standing for its branches)
+    from tuner.results import report_data, report_plots
+
+    read = report_data.read(conditional.root)
+    assert {"optimizer", "lr", "momentum"} <= set(read.searched)
+    momentum = [t.config.get("momentum") for t in read.trials]
+    positions, ticks = report_plots._axis_position(read.searched["momentum"], momentum)
+    assert (0.0, "-") in ticks
+    assert [p == 0.0 for p in positions] == [t.config["optimizer"] != "sgd" for t in read.trials]
+    found = report_data.importance(read)
+    assert found.trials == 6 and "momentum" not in found.values, found
+
 
 def test_a_warm_start_tells_optuna_the_earlier_trials_and_a_bad_one_writes_nothing(conditional, tmp_path, capsys):
     sweep = SweepConfig.model_validate(
@@ -164,6 +179,11 @@ def test_extend_runs_more_trials_in_the_same_folder_twice_and_best_is_over_all(c
         assert len(mlflow_children(conditional.root)) == total  # under the same parent run
         status = tuner_cli("status", str(conditional.root))
         assert f"{total} of {total} trial(s) started" in status.stdout and f"{total} finished" in status.stdout
+        # the searcher went on from what it had learned: one Optuna study holds every part's trials
+        saved_state = next((conditional.root / f"tune-{round_}").glob("searcher-state-*.pkl"))
+        state = pickle.loads(saved_state.read_bytes())
+        inner = state["searcher"].__dict__ if "searcher" in state else state  # a ConcurrencyLimiter's searcher
+        assert len(inner["_ot_study"].trials) == total
 
     sweep = SweepConfig.model_validate(yaml.safe_load((conditional.root / "sweep.yaml").read_text()))
     best = sweep.best_epoch(records.trial_histories(conditional))
@@ -178,17 +198,17 @@ def test_extend_runs_more_trials_in_the_same_folder_twice_and_best_is_over_all(c
     assert len(new_ids) == 4 and len(configs) == 4 and all(branch_ok(c) for c in configs)
 
 
-def test_extend_refuses_a_sweep_that_has_not_ended(tmp_path):
-    root = tmp_path / "runs" / "unfinished"
-    root.mkdir(parents=True)
-    (root / "sweep.yaml").write_text(yaml.safe_dump({"name": "unfinished"}))
-    with pytest.raises(TunerError):
+def test_extend_refuses_a_sweep_that_has_not_ended_and_writes_nothing(conditional, tmp_path):
+    root = tmp_path / "runs" / "unexported"
+    shutil.copytree(conditional.root, root)
+    (root / "best" / "metrics.json").unlink()  # as a sweep cut short before its export leaves it
+    before = sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*") if p.name != "lock")
+    with pytest.raises(TunerError, match=r"unexported: the sweep has not exported its best model yet; resume it"):
         extend_sweep(str(root), 2)
     with pytest.raises(TunerError, match="--trials: at least 1 more trial"):
         extend_sweep(str(root), 0)
-    # its lock file is tuner's own (every sweep folder has one); nothing else is written
-    assert {p.name for p in root.iterdir()} <= {"sweep.yaml", "lock"}, "a refused extend wrote into the folder"
-    assert yaml.safe_load((root / "sweep.yaml").read_text()) == {"name": "unfinished"}
+    after = sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*") if p.name != "lock")
+    assert after == before, "a refused extend wrote into the folder"
 
 
 def test_a_choice_of_models_trains_the_model_each_trial_took_and_exports_the_best_ones(local_ray, tmp_path):
@@ -209,8 +229,9 @@ def test_a_choice_of_models_trains_the_model_each_trial_took_and_exports_the_bes
     assert all(("conv2" in c) == (c["model"] == "cnn") for c in configs)
     exported = yaml.safe_load((outcome.paths.best / "config.yaml").read_text())
     assert exported["model"]["name"] == exported["hyperparameters"]["model"]
-    if exported["model"]["name"] == "cnn":
-        assert exported["model"]["options"]["conv1"] == 4
+    expected = {"conv1": 4, "conv2": exported["hyperparameters"].get("conv2"), "hidden": 16}
+    wanted = expected if exported["model"]["name"] == "cnn" else {"epoch_s": 0}
+    assert {k: exported["model"]["options"].get(k) for k in wanted} == wanted  # the best trial's model's options
 
 
 def test_auto_says_what_it_picked_first(local_ray, tmp_path, capsys):
@@ -272,6 +293,16 @@ def test_several_objectives_give_a_front_and_the_rule_picks_the_export(local_ray
     assert "Pareto front of" in done.stdout and "<- exported" in done.stdout
     status = tuner_cli("status", str(root))
     assert "chosen by select: max score where cost <= 5" in status.stdout
+    best = tuner_cli("best", str(root))
+    assert best.returncode == 0 and "Pareto front of" in best.stdout and "<- exported" in best.stdout
+    # a wider net scores more and costs more: no trial dominates another, all 5 are on the front
+    assert "Pareto front of 5 trial(s) over score, cost:" in best.stdout, best.stdout
+    from mlflow.tracking import MlflowClient
+
+    state = json.loads((root / "mlflow.json").read_text())
+    logged = MlflowClient(state["tracking_uri"]).get_run(state["parent_run_id"]).data.metrics
+    assert logged["best_score"] == pytest.approx(json.loads((root / "best" / "metrics.json").read_text())["score"])
+    assert logged["best_cost"] == exported["hyperparameters"]["width"]
     report = tuner_cli("report", str(root))
     assert report.returncode == 0 and (root / "report" / "pareto.png").stat().st_size > 10_000
 
