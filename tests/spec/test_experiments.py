@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 from conftest import require
 from integration_helpers import assert_no_leaks, data_root
 
 from tuner.driver.sweep import run_sweep
+from tuner.folder import records
 from tuner.spec.config import EXPERIMENTS_DIR, load_sweep
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -18,7 +20,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 EXTRA = {
     "fashion_resnet_asha": ["data.train_subset=500", "train.batch_size=64"],
     "cifar10_resnet_asha": ["data.dataset=fashion_mnist", "model.name=cnn"],
+    "mnist_model_choice": ["data.train_subset=500", "train.batch_size=64"],  # ResNet-18 may be drawn
 }
+RAN: dict[str, object] = {}  # experiment -> its smoke run's folder (the warm start reads one)
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +44,40 @@ def image_folder(tmp_path_factory):
 
 
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS_DIR.glob("*.yaml")), ids=lambda p: p.stem)
-def test_experiment_runs_in_smoke_size(local_ray, tmp_path, tmp_path_factory, monkeypatch, path, request):
+def test_experiment_runs_in_smoke_size(local_ray, tmp_path, tmp_path_factory, monkeypatch, path, request, capsys):
     overrides = [f"output_dir={tmp_path}", f"data.root={data_root()}", "data.download=false"]
     if path.stem == "folder_cnn_asha":
         monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
         overrides = [f"output_dir={tmp_path}", f"data.path={request.getfixturevalue('image_folder')}"]
+    if path.stem == "mnist_warm_start":  # told the trials of the sweep its file names, run first
+        earlier = RAN.get("mnist_optuna_asha") or _smoke_run(EXPERIMENTS_DIR / "mnist_optuna_asha.yaml", tmp_path)
+        overrides.append(f"searcher.warm_start={earlier}")
     sweep = load_sweep(str(path), overrides + EXTRA.get(path.stem, []), smoke=True)
     if sweep.data.dataset == "fashion_mnist":
         require((data_root() / "FashionMNIST" / "raw").is_dir(), "Fashion-MNIST not in the data root")
+    capsys.readouterr()
     outcome = run_sweep(sweep)
+    RAN[path.stem] = outcome.paths.root
+    said = capsys.readouterr().out
+    if path.stem == "mnist_warm_start":
+        assert "  warm start: 2 trial(s) of " in said
+    if sweep.picked:  # searcher: auto says what it picked, second line
+        assert f"  {sweep.picked}" in said.splitlines()
+    if sweep.objectives:  # every epoch reports every objective; the export says which rule chose it
+        rows = [row for rows in records.trial_histories(outcome.paths).values() for row in rows]
+        assert rows and all(row[o.metric] > 0 for row in rows for o in sweep.objectives)
+        exported = yaml.safe_load((outcome.paths.best / "config.yaml").read_text())
+        assert exported["metric"]["selected_by"].startswith(("knee", "max val_accuracy where params < 200000"))
     assert not outcome.results.errors, outcome.results.errors
     assert len(outcome.results) == sweep.trials.num_samples
     assert outcome.best["test_accuracy"] > 0.2, outcome.best  # chance is 0.1
     assert (outcome.paths.best / "model.pt").is_file()
     assert_no_leaks()
+
+
+def _smoke_run(path, tmp_path):
+    output = tmp_path / "earlier"
+    sweep = load_sweep(
+        str(path), [f"output_dir={output}", f"data.root={data_root()}", "data.download=false"], smoke=True
+    )
+    return run_sweep(sweep).paths.root
