@@ -51,21 +51,23 @@ class ExportedModel:
         return normalise(images, tuple(data["mean"]), tuple(data["std"])).numpy()
 
     @torch.no_grad()
-    def predict(self, images: np.ndarray | torch.Tensor, batch_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-        """Classes and confidences for uint8 images ``[N, C, H, W]`` (or ``[N, H, W]``)."""
+    def probabilities(self, images: np.ndarray | torch.Tensor, batch_size: int = 1024) -> np.ndarray:
+        """float32 ``[N, K]`` class probabilities for uint8 images ``[N, C, H, W]`` (or ``[N, H, W]``)."""
         data = self.config["data"]
         images = torch.from_numpy(np.array(images)) if isinstance(images, np.ndarray) else torch.as_tensor(images)
         if images.dim() == 3:
             images = images.unsqueeze(1)
-        classes, confidences = [], []
+        chunks = []
         self.model.eval()
         for begin in range(0, len(images), batch_size):
             x = normalise(images[begin : begin + batch_size], tuple(data["mean"]), tuple(data["std"]))
-            probabilities = self.model(x).softmax(dim=1)
-            confidence, predicted = probabilities.max(dim=1)
-            classes.append(predicted.numpy())
-            confidences.append(confidence.numpy())
-        return np.concatenate(classes), np.concatenate(confidences)
+            chunks.append(self.model(x).softmax(dim=1).numpy())
+        return np.concatenate(chunks) if chunks else np.zeros((0, int(data["num_classes"])), np.float32)
+
+    def predict(self, images: np.ndarray | torch.Tensor, batch_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+        """Classes and confidences for uint8 images ``[N, C, H, W]`` (or ``[N, H, W]``)."""
+        probabilities = self.probabilities(images, batch_size)
+        return probabilities.argmax(axis=1), probabilities.max(axis=1)
 
 
 def load_best(path: str | Path) -> ExportedModel:

@@ -467,7 +467,9 @@ def served_model_files(exported: Any, folder: Path) -> tuple[dict[str, str], Any
     classes = list(data.get("classes") or CLASS_NAMES[data["dataset"]])  # exports before classes were recorded
     settings = folder / "settings.json"
     keys = ("mean", "std", "channels", "size")
-    settings.write_text(json.dumps({**{k: data[k] for k in keys}, "classes": classes}, indent=2))
+    # dataset: whether training images were adapted (resized) by tuner, which a service may then do too
+    recorded = {**{k: data[k] for k in keys}, "dataset": data.get("dataset"), "classes": classes}
+    settings.write_text(json.dumps(recorded, indent=2))
     signature = ModelSignature(
         inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, data["channels"], data["size"], data["size"]))]),
         outputs=Schema(
