@@ -481,3 +481,67 @@ def busy_cpus(count: int):
         for spinner in spinners:
             spinner.kill()
             spinner.wait(timeout=30)
+
+
+# --- a tiny trained CNN, exported as export_best would (predict and serve tests) ----------------
+MODEL_OPTIONS = {"conv1": 8, "conv2": 16, "hidden": 32, "dropout": 0.25, "fc_dropout": 0.5}
+TRAIN = {
+    "epochs": 1,
+    "batch_size": 64,
+    "lr": 2e-3,
+    "optimizer": "adam",
+    "momentum": 0.9,
+    "weight_decay": 0.0,
+    "lr_schedule": "constant",
+    "label_smoothing": 0.0,
+    "amp": False,
+}
+
+
+def export_config(format: str, sweep: str = "predict_test") -> dict:
+    """The shape ``export_best`` writes to config.yaml."""
+    from tuner.data.datasets import DATASETS
+
+    info = DATASETS["mnist"]
+    return {
+        "sweep": sweep,
+        "trial_id": "trial_00000",
+        "epoch": 1,
+        "hyperparameters": {"lr": TRAIN["lr"], "hidden": MODEL_OPTIONS["hidden"]},
+        "model": {"name": "cnn", "options": dict(MODEL_OPTIONS)},
+        "train": dict(TRAIN),
+        "data": {
+            "dataset": "mnist",
+            "channels": info.channels,
+            "size": info.size,
+            "num_classes": info.num_classes,
+            "mean": list(info.mean),
+            "std": list(info.std),
+        },
+        "metric": {"name": "val_accuracy", "mode": "max"},
+        "format": format,
+    }
+
+
+def train_tiny_cnn(images: Any, labels: Any) -> Any:
+    """The CNN of MODEL_OPTIONS after one epoch on ``images`` (uint8 [N, 1, 28, 28])."""
+    import numpy as np
+    import torch
+
+    from tuner.data.datasets import DATASETS, normalise
+    from tuner.models.builtin import MnistCnn
+
+    info = DATASETS["mnist"]
+    torch.manual_seed(0)
+    model = MnistCnn(info.channels, info.num_classes, info.size, **MODEL_OPTIONS)
+    optimizer = torch.optim.Adam(model.parameters(), lr=TRAIN["lr"])
+    order = torch.randperm(len(labels))
+    x_all, y_all = torch.from_numpy(np.ascontiguousarray(images)), torch.from_numpy(labels)
+    model.train()
+    for begin in range(0, len(order), TRAIN["batch_size"]):
+        batch = order[begin : begin + TRAIN["batch_size"]]
+        loss = torch.nn.functional.cross_entropy(model(normalise(x_all[batch], info.mean, info.std)), y_all[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()

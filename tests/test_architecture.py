@@ -55,6 +55,7 @@ def test_every_package_says_what_it_holds():
         "folder",
         "models",
         "results",
+        "serving",
         "spec",
         "tracking",
         "trial",

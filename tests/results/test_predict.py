@@ -23,65 +23,13 @@ import pytest
 import torch
 import yaml
 from conftest import require
+from integration_helpers import export_config, train_tiny_cnn
 
-from tuner.data.datasets import DATASETS, load_test_split, normalise, resolve_root
+from tuner.data.datasets import load_test_split, resolve_root
 from tuner.errors import TunerError
-from tuner.models.builtin import MnistCnn
 from tuner.results.export import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SCRIPT_FILE, load_best, write_package
 
 TRAIN_IMAGES = 5000
-MODEL_OPTIONS = {"conv1": 8, "conv2": 16, "hidden": 32, "dropout": 0.25, "fc_dropout": 0.5}
-TRAIN = {
-    "epochs": 1,
-    "batch_size": 64,
-    "lr": 2e-3,
-    "optimizer": "adam",
-    "momentum": 0.9,
-    "weight_decay": 0.0,
-    "lr_schedule": "constant",
-    "label_smoothing": 0.0,
-    "amp": False,
-}
-
-
-def _export_config(format: str) -> dict:
-    """The shape ``export_best`` writes to config.yaml."""
-    info = DATASETS["mnist"]
-    return {
-        "sweep": "predict_test",
-        "trial_id": "trial_00000",
-        "epoch": 1,
-        "hyperparameters": {"lr": TRAIN["lr"], "hidden": MODEL_OPTIONS["hidden"]},
-        "model": {"name": "cnn", "options": dict(MODEL_OPTIONS)},
-        "train": dict(TRAIN),
-        "data": {
-            "dataset": "mnist",
-            "channels": info.channels,
-            "size": info.size,
-            "num_classes": info.num_classes,
-            "mean": list(info.mean),
-            "std": list(info.std),
-        },
-        "metric": {"name": "val_accuracy", "mode": "max"},
-        "format": format,
-    }
-
-
-def _train_tiny_cnn(images: np.ndarray, labels: np.ndarray) -> MnistCnn:
-    info = DATASETS["mnist"]
-    torch.manual_seed(0)
-    model = MnistCnn(info.channels, info.num_classes, info.size, **MODEL_OPTIONS)
-    optimizer = torch.optim.Adam(model.parameters(), lr=TRAIN["lr"])
-    order = torch.randperm(len(labels))
-    x_all, y_all = torch.from_numpy(np.ascontiguousarray(images)), torch.from_numpy(labels)
-    model.train()
-    for begin in range(0, len(order), TRAIN["batch_size"]):
-        batch = order[begin : begin + TRAIN["batch_size"]]
-        loss = torch.nn.functional.cross_entropy(model(normalise(x_all[batch], info.mean, info.std)), y_all[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
@@ -94,13 +42,13 @@ def exports(tmp_path_factory):
         train = load_test_split("mnist", None, train=True, download=False)
         test = load_test_split("mnist", None, download=False)
         subset = np.random.default_rng(0).permutation(len(train))[:TRAIN_IMAGES]
-        model = _train_tiny_cnn(train.images[subset], train.labels[subset])
+        model = train_tiny_cnn(train.images[subset], train.labels[subset])
         root = tmp_path_factory.mktemp("exports")
         metrics = {"trial_id": "trial_00000", "epoch": 1, "val_accuracy": 0.0, "test_images": len(test)}
         state_dict, torchscript = root / "best", root / "best_ts"
-        write_package(state_dict, model, _export_config("state_dict"), metrics)
+        write_package(state_dict, model, export_config("state_dict"), metrics)
         write_package(
-            torchscript, model, _export_config("torchscript"), metrics, format="torchscript", example=test.images[:2]
+            torchscript, model, export_config("torchscript"), metrics, format="torchscript", example=test.images[:2]
         )
         yield SimpleNamespace(state_dict=state_dict, torchscript=torchscript, test=test, root=root)
     finally:
