@@ -193,8 +193,9 @@ async def load(url: str, bodies: list[bytes], clients: int, seconds: float, even
 
 
 def bodies_for(kind: str, images: Any) -> list[bytes]:
-    key = "inputs" if kind == "mlflow" else "images"
-    return [json.dumps({key: [image.tolist()]}).encode() for image in images]
+    if kind == "mlflow":  # its signature: uint8 [N, 1, 28, 28], exactly
+        return [json.dumps({"inputs": [[image.tolist()]]}).encode() for image in images]
+    return [json.dumps({"images": [image.tolist()]}).encode() for image in images]
 
 
 def replica_kill(url: str, bodies: list[bytes], clients: int, seconds: float) -> dict:
