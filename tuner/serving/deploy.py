@@ -117,7 +117,7 @@ def serve_model(
                 holding.enter_context(_sigterm_as_interrupt())
             if APP_NAME in _applications():  # another's: never taken down or replaced
                 raise TunerError(
-                    f"a tuner service already runs on this Ray ({_where(address)}); stop it first: "
+                    f"a tuner service already runs on this Ray ({address or 'the local Ray'}); stop it first: "
                     f"python -m tuner serve --stop{f' --address {address}' if address else ''}"
                 )
             deployed = True  # from here on, what is half made is taken down
@@ -214,10 +214,6 @@ def _take_down(*, ray_goes_too: bool = False) -> None:
         serve.delete(APP_NAME)
     if not ray_goes_too and not _applications():
         serve.shutdown()
-
-
-def _where(address: str | None) -> str:
-    return address or "the local Ray"
 
 
 def _check_port_free(host: str, port: int) -> None:

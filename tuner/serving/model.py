@@ -43,7 +43,7 @@ def bundle(source: str, *, tracking_uri: str | None = None) -> Bundle:
     if source.startswith(MODELS_URI):
         return _registered(source, tracking_uri)
     folder = _export_folder(Path(source))
-    served = Served.from_folder("export", folder)  # loads it: the same code a replica runs
+    served = Served("export", folder)  # loads it: the same code a replica runs
     config, metrics = served.config, served.metrics
     info = {
         "source": str(folder),
@@ -115,7 +115,7 @@ def _registered(uri: str, tracking_uri: str | None) -> Bundle:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise TunerError(f"{uri}: not found in the MLflow store {client.tracking_uri} ({reason})") from None
         folder = Path(local)
-        served = Served.from_folder("mlflow", folder)
+        served = Served("mlflow", folder)
         files = _read_files(folder)
     run = client.get_run(found.run_id) if found.run_id else None
     info = {
@@ -160,10 +160,6 @@ class Served:
         self.data = {"channels": int(data["channels"]), "size": int(data["size"]), "dataset": data.get("dataset")}
         self.num_classes = int(data.get("num_classes") or len(names))
         self.classes = [str(n) for n in names] if names else [str(k) for k in range(self.num_classes)]
-
-    @classmethod
-    def from_folder(cls, kind: str, folder: Path) -> Served:
-        return cls(kind, folder)
 
     @classmethod
     def from_bundle(cls, bundle: Bundle) -> Served:
