@@ -64,3 +64,10 @@ def test_every_package_says_what_it_holds():
     for name in packages:
         doc = (PACKAGE / name / "__init__.py").read_text()
         assert doc.startswith('"""') and len(doc) > 60, name
+
+
+def test_test_modules_have_unique_names():
+    # The tests folders hold no __init__.py, so pytest imports each module by its bare
+    # name: two test_x.py in different folders stop the whole run at collection.
+    names = [path.name for path in sorted((REPO / "tests").rglob("test_*.py"))]
+    assert sorted({name for name in names if names.count(name) > 1}) == []
