@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -12,6 +13,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -545,3 +548,35 @@ def train_tiny_cnn(images: Any, labels: Any) -> Any:
         loss.backward()
         optimizer.step()
     return model.eval()
+
+
+# --- HTTP against a served model --------------------------------------------------------------
+def http_get(url: str) -> tuple[int, dict]:
+    """Status and JSON answer of a GET."""
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return answer.status, json.loads(answer.read())
+
+
+def http_post(url: str, body: bytes, content_type: str | None) -> tuple[int, dict]:
+    """Status and JSON answer of a POST, a refusal's included."""
+    request = urllib.request.Request(url, data=body, method="POST")
+    if content_type:
+        request.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        text = refused.read()
+        try:
+            return refused.code, json.loads(text or b"{}")
+        except ValueError:  # a 500 from Serve itself (a replica lost mid-request): text
+            return refused.code, {"error": text.decode(errors="replace")}
+
+
+def png_bytes(array: Any) -> bytes:
+    """A uint8 [H, W] array as PNG bytes."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(array).save(out, format="PNG")
+    return out.getvalue()

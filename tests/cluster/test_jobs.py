@@ -3,9 +3,10 @@
 127.0.0.1, both nodes in one temp dir as ``ray start`` does by default). Sweeps submitted
 as Ray Jobs (and one joined by address): run to SUCCEEDED on both nodes, refused bad files,
 stopped and resumed, a worker node lost under a running trial, the head lost and the sweep
-resumed on a new cluster. One cluster serves the module; the head-loss test, last, replaces
-it. The trials' nodes come from tuner's own records: every epoch in ``history/`` names the
-Ray node of each rank.
+resumed on a new cluster; a served model left running on the cluster and stopped by
+address. One cluster serves the module; the head-loss test, last, replaces it. The trials'
+nodes come from tuner's own records: every epoch in ``history/`` names the Ray node of
+each rank.
 """
 
 from __future__ import annotations
@@ -18,19 +19,28 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from integration_helpers import (
     assert_no_leaks_on,
     busy_cpus,
+    data_root,
+    export_config,
     free_port,
+    http_get,
+    http_post,
     mlflow_children,
+    png_bytes,
     ray_start_cluster,
     small_sweep,
+    train_tiny_cnn,
     tuner_cli,
 )
 
+from tuner.data.datasets import load_test_split
 from tuner.folder.records import read_timeline, trial_histories
 from tuner.folder.store import SweepFolder
+from tuner.results.export import load_best, write_package
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -70,6 +80,22 @@ def _job_info(cluster, job_id: str):
     import sys
 
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=cluster.env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _serve_replicas(cluster) -> dict[str, int]:
+    """The tuner service's live replicas, by Ray node: their process ids (Ray's state API)."""
+    probe = (
+        "import json, ray\nfrom ray.util.state import list_actors\nray.init(log_to_driver=False)\n"
+        "alive = list_actors(filters=[('state', '=', 'ALIVE')], raise_on_missing_output=False)\n"
+        "print(json.dumps({a.node_id: a.pid for a in alive if a.class_name == 'ServeReplica:tuner:model'}))\n"
+    )
+    import subprocess
+    import sys
+
+    env = {**cluster.env, "RAY_ADDRESS": cluster.address}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -326,6 +352,56 @@ def test_a_lost_worker_node_restarts_its_trial_from_its_checkpoint_and_the_job_s
     assert steps == {t: [r["epoch"] for r in rs] for t, rs in trial_histories(SweepFolder(root)).items()}
     assert steps[trial] == list(range(1, epochs + 1))
     assert_no_leaks_on(cluster.address, env=cluster.env)
+
+
+def test_a_detached_service_spans_the_nodes_and_stop_by_address_takes_it_down(cluster, tmp_path):
+    """``tuner serve --address --detach``: the command ends, the service stays on the
+    cluster (a replica on each node, tuner shipped to them) until ``--stop --address``."""
+    _ensure_worker(cluster)
+    test = load_test_split("mnist", str(data_root()), download=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = train_tiny_cnn(test.images[2000:4000], test.labels[2000:4000])
+    finally:
+        torch.set_num_threads(threads)
+    folder = tmp_path / "best"
+    write_package(folder, model, export_config("state_dict", sweep="cluster_serve"), {"trial_id": "trial_00003"})
+    port, serve = free_port(), ("serve", str(folder), "--address", cluster.address)
+    done = _cli(cluster, *serve, "--port", str(port), "--replicas", "2", "--cpus", "1", "--detach", timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "left running on the cluster" in done.stdout, done.stdout
+    url = f"http://127.0.0.1:{port}"
+    try:
+        expected, _ = load_best(folder).predict(test.images[:4])
+        for index in range(4):
+            status, answer = http_post(url + "/predict", png_bytes(test.images[index, 0]), "image/png")
+            assert status == 200 and answer["predictions"][0]["class"] == expected[index], answer
+        replicas = _serve_replicas(cluster)
+        assert set(replicas) == {node.node_id for node in cluster.nodes}, replicas  # one replica on each node
+        # A replica lost after the command ended comes back: what it needs (tuner, the model)
+        # outlives the driver that deployed it.
+        lost = replicas[_worker(cluster).node_id]
+        os.kill(lost, signal.SIGKILL)
+
+        def replaced() -> dict[str, int] | None:
+            now = _serve_replicas(cluster)
+            return now if len(now) == 2 and lost not in now.values() else None
+
+        back = cluster.wait_for(replaced, "a new replica on the worker node")
+        assert http_post(url + "/predict", png_bytes(test.images[0, 0]), "image/png")[0] == 200, back
+        again = _cli(cluster, *serve, "--port", str(port), "--detach", timeout=300)
+        assert again.returncode == 2 and "already runs on this Ray" in again.stderr, again.stderr
+        assert len(again.stderr.strip().splitlines()) == 1
+        assert http_get(url + "/model")[1]["trial_id"] == "trial_00003"  # the first still serves
+    finally:
+        stopped = _cli(cluster, "serve", "--stop", "--address", cluster.address, timeout=300)
+    assert stopped.returncode == 0 and "stopped the tuner service" in stopped.stdout, stopped.stderr
+    with pytest.raises(OSError):
+        http_get(url + "/healthz")
+    assert_no_leaks_on(cluster.address, env=cluster.env)  # Serve's controller and proxy gone too
+    twice = _cli(cluster, "serve", "--stop", "--address", cluster.address, timeout=300)
+    assert twice.returncode == 2 and "no tuner service runs on" in twice.stderr, twice.stderr
 
 
 def test_a_lost_head_is_named_by_jobs_and_status_and_the_sweep_resumes_on_a_new_cluster(cluster, tmp_path):

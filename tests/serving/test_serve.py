@@ -10,7 +10,6 @@ The model is a tiny CNN trained here for one epoch on real MNIST digits and expo
 from __future__ import annotations
 
 import concurrent.futures
-import io
 import json
 import os
 import signal
@@ -25,7 +24,9 @@ import psutil
 import pytest
 import torch
 from integration_helpers import export_config, free_port, train_tiny_cnn, tuner_cli
-from PIL import Image
+from integration_helpers import http_get as get
+from integration_helpers import http_post as post
+from integration_helpers import png_bytes as png
 
 from tuner.data.datasets import load_test_split
 from tuner.results.export import load_best, write_package
@@ -93,32 +94,6 @@ class Service:
         assert done.returncode == 0, done.stderr
         output, _ = self.process.communicate(timeout=60)
         return done.stdout + output
-
-
-def get(url: str) -> tuple[int, dict]:
-    with urllib.request.urlopen(url, timeout=30) as answer:
-        return answer.status, json.loads(answer.read())
-
-
-def post(url: str, body: bytes, content_type: str | None) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=body, method="POST")
-    if content_type:
-        request.add_header("Content-Type", content_type)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as refused:
-        text = refused.read()
-        try:
-            return refused.code, json.loads(text or b"{}")
-        except ValueError:  # a 500 from Serve itself (a replica lost mid-request): text
-            return refused.code, {"error": text.decode(errors="replace")}
-
-
-def png(array: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(array).save(out, format="PNG")
-    return out.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 import numpy as np
+import ray
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -118,15 +119,16 @@ class ModelService:
         self.limits = Limits.of(self.served.data, **limits)
         self.classify.set_max_batch_size(max_batch_size)
         self.largest_batch = 0  # the most images one model call took (GET /healthz)
+        self.node = ray.get_runtime_context().get_node_id()
 
     def __del__(self) -> None:
         served = getattr(self, "served", None)
         if served is not None:
             served.close()
 
-    @api.get("/healthz", summary="whether this replica answers; its process and the largest batch it ran")
+    @api.get("/healthz", summary="whether this replica answers; its process, Ray node and the largest batch it ran")
     async def healthz(self) -> dict[str, Any]:
-        return {"status": "ok", "pid": os.getpid(), "largest_batch": self.largest_batch}
+        return {"status": "ok", "pid": os.getpid(), "node": self.node, "largest_batch": self.largest_batch}
 
     @api.get("/model", summary="what the export recorded: sweep, trial, epoch, metrics, hyperparameters, input")
     async def model(self) -> dict[str, Any]:

@@ -149,11 +149,9 @@ def _deploy(
     serve.start(proxy_location="HeadOnly", http_options={"host": host, "port": port})
     from tuner.serving.app import ModelService
 
+    # No runtime_env of its own: Serve gives the replicas this driver's, which ships tuner
+    # to a cluster's nodes (start_ray); Ray refuses a local path in an actor's runtime_env.
     actor: dict[str, Any] = {"num_cpus": cpus}
-    if address:  # nodes that do not have tuner installed get it with the replica
-        from tuner.spec.shipped import PACKAGE_DIR
-
-        actor["runtime_env"] = {"py_modules": [str(PACKAGE_DIR)]}
     app = ModelService.options(**scale.options(), ray_actor_options=actor).bind(served, max_batch_size, limits)
     serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
