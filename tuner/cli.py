@@ -31,7 +31,7 @@ def _add_sweep_file(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="tiny run for checking a file: 2000 images, 2 epochs, 2 trials; its model is not registered",
+        help="tiny run for checking a file: 2000 training and test images, 2 epochs, 2 trials; not registered",
     )
 
 

@@ -52,6 +52,7 @@ def test_every_experiment_loads_in_smoke_mode(path: Path):
     assert sweep.train.epochs == 2
     assert sweep.trials.num_samples == 2
     assert sweep.data.train_subset == 2000
+    assert sweep.data.test_subset == 2000
     assert sweep.trials.time_budget_s is None
     assert getattr(sweep.scheduler, "grace_period", 1) <= sweep.train.epochs
 

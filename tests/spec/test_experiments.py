@@ -1,4 +1,4 @@
-"""Every shipped experiment file runs (``--smoke`` sizes: 2000 images, 2 epochs, 2 trials)."""
+"""Every shipped experiment file runs (``--smoke`` sizes: 2000 training and test images, 2 epochs, 2 trials)."""
 
 from __future__ import annotations
 
@@ -71,6 +71,8 @@ def test_experiment_runs_in_smoke_size(local_ray, tmp_path, tmp_path_factory, mo
     assert not outcome.results.errors, outcome.results.errors
     assert len(outcome.results) == sweep.trials.num_samples
     assert outcome.best["test_accuracy"] > 0.2, outcome.best  # chance is 0.1
+    if sweep.data.dataset in ("mnist", "fashion_mnist"):  # scored on the first 2000 of 10000 test images
+        assert outcome.best["test_images"] == 2000, outcome.best
     assert (outcome.paths.best / "model.pt").is_file()
     assert_no_leaks()
 

@@ -448,15 +448,17 @@ class OwnData:
         }
 
     def test_chunks(self, chunk: int = 1000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The ``test/`` split in chunks (from the cache, else decoded here, a chunk at a time)."""
+        """The ``test/`` split (its first ``data.test_subset`` images) in chunks, from the cache,
+        else decoded here a chunk at a time."""
         from tuner.data import sources
 
         listing = self.source.splits.get("test")
         if listing is None:
             return
         cached = sources.from_cache(self.source, self.config.image_size, self.channels, ["test"])
-        for begin in range(0, len(listing.labels), chunk):
-            indices = np.arange(begin, min(begin + chunk, len(listing.labels)))
+        count = min(len(listing.labels), self.config.test_subset or len(listing.labels))
+        for begin in range(0, count, chunk):
+            indices = np.arange(begin, min(begin + chunk, count))
             if cached is not None:
                 yield np.asarray(cached["test"][0][indices]), listing.labels[indices]
             else:
@@ -487,7 +489,8 @@ class BuiltinData:
 
     def test_chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         split = load_test_split(self.config.dataset, self.config.root, download=self.config.download)
-        yield split.images, split.labels
+        count = self.config.test_subset  # the first N (all of them for None)
+        yield split.images[:count], split.labels[:count]
 
     def examples(self, count: int = 2) -> np.ndarray:
         return load_test_split(self.config.dataset, self.config.root, download=self.config.download).images[:count]

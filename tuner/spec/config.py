@@ -91,6 +91,7 @@ class DataConfig(Strict):
     crop_padding: int = Field(4, ge=0, le=64)  # random_crop: pad, then crop back to size
     val_fraction: float = Field(0.1, gt=0, lt=1)  # held out of the training set
     train_subset: int | None = Field(None, ge=100)  # use N training images (seeded)
+    test_subset: int | None = Field(None, ge=100)  # score the export on the first N test images
     download: bool = True  # with torchvision, when the files are missing
 
     @model_validator(mode="after")
@@ -1067,6 +1068,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], *, file: str) ->
 
 SMOKE_OVERRIDES = [
     "data.train_subset=2000",
+    "data.test_subset=2000",
     "train.epochs=2",
     "trials.num_samples=2",
     "trials.time_budget_s=null",
