@@ -4,11 +4,14 @@ same requests, on loopback; then one replica killed mid-load.
 
     TUNER_DATA_DIR=DIR python benchmarks/serve_load.py            # ~5 min on 2 cores
     python benchmarks/serve_load.py --seconds 5 --clients 1,8     # shorter
+    python benchmarks/serve_load.py --model resnet18 --cpus 2     # a costlier model; both cores to Serve
 
 The model: tuner's default light CNN (16/32 channels, hidden 128) after one epoch on 5,000
-real MNIST digits, exported as a sweep exports it and registered in a local MLflow store
-as a sweep registers it. Every request is one 28x28 digit as JSON pixels (each server's
-own format: tuner and the baseline ``{"images": [...]}``, MLflow ``{"inputs": [...]}``).
+real MNIST digits, or (``--model resnet18``) tuner's ResNet-18 for 28 px digits as
+initialised (what it costs per image is measured, not what it answers); exported as a
+sweep exports it and registered in a local MLflow store as a sweep registers it. Every
+request is one 28x28 digit as JSON pixels (each server's own format: tuner and the
+baseline ``{"images": [...]}``, MLflow ``{"inputs": [...]}``).
 
 Load: an asyncio client (aiohttp, one process) keeps N requests in flight for
 ``--seconds`` (after a warm-up second, not counted): requests per second, latency
@@ -74,7 +77,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def prepare(folder: Path) -> tuple[Path, str, Any]:
+def prepare(folder: Path, model_name: str) -> tuple[Path, str, Any]:
     """The exported model, its registered MLflow URI's store, and test digits."""
     import mlflow
     import torch
@@ -89,9 +92,17 @@ def prepare(folder: Path) -> tuple[Path, str, Any]:
     torch.set_num_threads(2)
     train = load_test_split("mnist", None, train=True, download=False)
     test = load_test_split("mnist", None, download=False)
-    model = train_tiny_cnn(train.images[:5000], train.labels[:5000])
+    config = export_config("state_dict", sweep="serve_load")
+    if model_name == "cnn":
+        model = train_tiny_cnn(train.images[:5000], train.labels[:5000])
+    else:
+        from tuner.models.builtin import build_model
+
+        torch.manual_seed(0)
+        model = build_model(model_name, in_channels=1, num_classes=10, image_size=28, options={}).eval()
+        config["model"] = {"name": model_name, "options": {}}
     export = folder / "best"
-    write_package(export, model, export_config("state_dict", sweep="serve_load"), {"trial_id": "t0", "epoch": 1})
+    write_package(export, model, config, {"trial_id": "t0", "epoch": 1})
     exported = load_best(export)
     exported.example = test.images[:2]
     uri = f"sqlite:///{folder / 'mlflow.db'}"
@@ -101,7 +112,7 @@ def prepare(folder: Path) -> tuple[Path, str, Any]:
         mlflow.pyfunc.log_model(
             name="model", python_model=str(SERVED_MODEL_FILE), artifacts=artifacts, signature=signature
         )
-    mlflow.register_model(f"runs:/{run.info.run_id}/model", "serve_load_cnn")
+    mlflow.register_model(f"runs:/{run.info.run_id}/model", "serve_load_model")
     return export, uri, test.images[:256, 0]
 
 
@@ -236,22 +247,26 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8,32", help="concurrent clients per level")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per level")
     parser.add_argument("--contestants", default="tuner-1,tuner-2,baseline,mlflow")
+    parser.add_argument("--model", default="cnn", choices=("cnn", "resnet18"), help="the served model")
+    parser.add_argument(
+        "--cpus", type=float, default=None, help="CPUs for tuner serve in all, shared by its replicas (default: 1 each)"
+    )
     parser.add_argument("--out", default=None, help="a folder for results.json (default: a new temporary one)")
     args = parser.parse_args()
     levels = [int(c) for c in args.clients.split(",")]
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="serve-load-"))
     out.mkdir(parents=True, exist_ok=True)
-    export, uri, images = prepare(out)
+    export, uri, images = prepare(out, args.model)
     (out / "baseline_app.py").write_text(textwrap.dedent(BASELINE_APP))
     env = {"RAY_ADDRESS": "", "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(REPO)}
     # mlflow models serve runs `uvicorn` by name: this interpreter's bin/ first on PATH
     env["PATH"] = f"{Path(PY).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     chosen = [c.strip() for c in args.contestants.split(",")]
-    results: dict[str, Any] = {"levels": levels, "seconds": args.seconds, "runs": {}}
+    results: dict[str, Any] = {"levels": levels, "seconds": args.seconds, "model": args.model, "runs": {}}
     for name in chosen:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        title, command, health, path, kind = contestant(name, port, export, out)
+        title, command, health, path, kind = contestant(name, port, export, out, args.cpus)
         server = Server(title, command, url, path, env)
         try:
             ready = server.wait(health)
@@ -278,17 +293,21 @@ def main() -> None:
     print(f"\nraw: {out / 'results.json'}")
 
 
-def contestant(name: str, port: int, export: Path, out: Path) -> tuple[str, list[str], str, str, str]:
+def contestant(
+    name: str, port: int, export: Path, out: Path, cpus: float | None
+) -> tuple[str, list[str], str, str, str]:
     """(title, command, health path, predict path, request format)."""
     if name.startswith("tuner-"):
         replicas = name.split("-")[1]
         command = [PY, "-m", "tuner", "serve", str(export), "--port", str(port), "--replicas", replicas]
+        if cpus is not None:
+            command += ["--cpus", str(cpus / int(replicas))]
         return f"tuner serve ({replicas} replica(s))", command, "/healthz", "/predict", "tuner"
     if name == "baseline":
         command = [PY, str(out / "baseline_app.py"), str(export), str(port)]
         return "FastAPI + uvicorn, one process", command, "/healthz", "/predict", "tuner"
     if name == "mlflow":
-        model = "models:/serve_load_cnn/1"
+        model = "models:/serve_load_model/1"
         command = [PY, "-m", "mlflow", "models", "serve", "-m", model, "--env-manager", "local"]
         command += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
         return "mlflow models serve (1 worker)", command, "/ping", "/invocations", "mlflow"

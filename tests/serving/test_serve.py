@@ -146,6 +146,8 @@ def test_model_healthz_and_the_openapi_page(service):
     assert model["trial_id"] == "trial_00007" and model["epoch"] == 1 and model["sweep"] == "serve_test"
     assert model["input"] == {"channels": 1, "size": 28, "resized": False, "max_bytes": 8 << 20, "max_images": 64}
     assert model["classes"] == [str(k) for k in range(10)] and model["metrics"]["val_accuracy"] == 0.9
+    status, health = get(service.url + "/healthz")
+    assert status == 200 and health["threads"] == 1  # a replica's torch: the one CPU it was given
     status, spec = get(service.url + "/openapi.json")
     predict = spec["paths"]["/predict"]["post"]
     assert set(predict["requestBody"]["content"]) == {

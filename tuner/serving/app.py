@@ -126,9 +126,12 @@ class ModelService:
         if served is not None:
             served.close()
 
-    @api.get("/healthz", summary="whether this replica answers; its process, Ray node and the largest batch it ran")
+    @api.get("/healthz", summary="whether this replica answers; its process, Ray node, torch threads, largest batch")
     async def healthz(self) -> dict[str, Any]:
-        return {"status": "ok", "pid": os.getpid(), "node": self.node, "largest_batch": self.largest_batch}
+        import torch
+
+        said = {"status": "ok", "pid": os.getpid(), "node": self.node, "threads": torch.get_num_threads()}
+        return {**said, "largest_batch": self.largest_batch}
 
     @api.get("/model", summary="what the export recorded: sweep, trial, epoch, metrics, hyperparameters, input")
     async def model(self) -> dict[str, Any]:
