@@ -356,7 +356,8 @@ def test_a_lost_worker_node_restarts_its_trial_from_its_checkpoint_and_the_job_s
 
 def test_a_detached_service_spans_the_nodes_and_stop_by_address_takes_it_down(cluster, tmp_path):
     """``tuner serve --address --detach``: the command ends, the service stays on the
-    cluster (a replica on each node, tuner shipped to them) until ``--stop --address``."""
+    cluster (autoscaled from 2 replicas: one on each node, tuner shipped to them) until
+    ``--stop --address``."""
     _ensure_worker(cluster)
     test = load_test_split("mnist", str(data_root()), download=False)
     threads = torch.get_num_threads()
@@ -368,7 +369,7 @@ def test_a_detached_service_spans_the_nodes_and_stop_by_address_takes_it_down(cl
     folder = tmp_path / "best"
     write_package(folder, model, export_config("state_dict", sweep="cluster_serve"), {"trial_id": "trial_00003"})
     port, serve = free_port(), ("serve", str(folder), "--address", cluster.address)
-    done = _cli(cluster, *serve, "--port", str(port), "--replicas", "2", "--cpus", "1", "--detach", timeout=300)
+    done = _cli(cluster, *serve, "--port", str(port), "--autoscale", "2..3", "--cpus", "1", "--detach", timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "left running on the cluster" in done.stdout, done.stdout
     url = f"http://127.0.0.1:{port}"
