@@ -501,11 +501,23 @@ TRAIN = {
 }
 
 
-def export_config(format: str, sweep: str = "predict_test") -> dict:
-    """The shape ``export_best`` writes to config.yaml."""
+def mnist_description() -> dict:
+    """MNIST as an export's config.yaml describes its data (shape, classes, normalisation)."""
     from tuner.data.datasets import DATASETS
 
     info = DATASETS["mnist"]
+    return {
+        "dataset": "mnist",
+        "channels": info.channels,
+        "size": info.size,
+        "num_classes": info.num_classes,
+        "mean": list(info.mean),
+        "std": list(info.std),
+    }
+
+
+def export_config(format: str, sweep: str = "predict_test") -> dict:
+    """The shape ``export_best`` writes to config.yaml."""
     return {
         "sweep": sweep,
         "trial_id": "trial_00000",
@@ -513,14 +525,7 @@ def export_config(format: str, sweep: str = "predict_test") -> dict:
         "hyperparameters": {"lr": TRAIN["lr"], "hidden": MODEL_OPTIONS["hidden"]},
         "model": {"name": "cnn", "options": dict(MODEL_OPTIONS)},
         "train": dict(TRAIN),
-        "data": {
-            "dataset": "mnist",
-            "channels": info.channels,
-            "size": info.size,
-            "num_classes": info.num_classes,
-            "mean": list(info.mean),
-            "std": list(info.std),
-        },
+        "data": mnist_description(),
         "metric": {"name": "val_accuracy", "mode": "max"},
         "format": format,
     }

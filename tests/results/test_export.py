@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from integration_helpers import mnist_description
 
 from tuner.data.datasets import DATASETS
 from tuner.errors import TunerError
@@ -36,14 +37,7 @@ def _package(seed: int) -> tuple[torch.nn.Module, dict, dict]:
         "epoch": 1,
         "hyperparameters": {},
         "model": {"name": "cnn", "options": dict(OPTIONS)},
-        "data": {
-            "dataset": "mnist",
-            "channels": info.channels,
-            "size": info.size,
-            "num_classes": info.num_classes,
-            "mean": list(info.mean),
-            "std": list(info.std),
-        },
+        "data": mnist_description(),
         "format": "state_dict",
     }
     return model, config, {"trial_id": config["trial_id"], "epoch": 1}

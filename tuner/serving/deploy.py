@@ -121,7 +121,7 @@ def serve_model(
                     f"python -m tuner serve --stop{f' --address {address}' if address else ''}"
                 )
             deployed = True  # from here on, what is half made is taken down
-            _deploy(served, address, host, port, scale, max_batch_size, limits, cpus)
+            _deploy(served, host, port, scale, max_batch_size, limits, cpus)
             if detach:
                 print(f"  left running on the cluster; stop it with: python -m tuner serve --stop --address {address}")
                 deployed = False  # the service stays
@@ -140,9 +140,7 @@ def serve_model(
             ray.shutdown()
 
 
-def _deploy(
-    served: Any, address: str | None, host: str, port: int, scale: Scale, max_batch_size: int, limits: dict, cpus: float
-) -> None:
+def _deploy(served: Any, host: str, port: int, scale: Scale, max_batch_size: int, limits: dict, cpus: float) -> None:
     """The application on the joined Ray, ready; prints where."""
     from ray import serve
 
