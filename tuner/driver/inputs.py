@@ -18,12 +18,12 @@ from tuner.spec.config import SweepConfig
 def load_data(sweep: SweepConfig) -> Any:
     """A built-in set, read; a user's own files, listed and checked (decoded once Ray runs).
     An error about the data section names the sweep file and line, as validation's do."""
-    from tuner.data.datasets import plan_data
+    from tuner.data.planning import plan
 
     if not sweep.uses_data:  # a user's function or command without a data section
         return None
     try:
-        return plan_data(sweep.data, seed=sweep.seed)
+        return plan(sweep.data, seed=sweep.seed)
     except ConfigError as error:
         raise sweep.locate(error) from None
 
@@ -42,7 +42,11 @@ def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: boo
     the cache, or streamed when the decoded set would not fit. A resumed sweep keeps the
     way its first run chose (its searcher, restored by Tune, keeps that run's cap)."""
     from tuner.data.datasets import OwnData
+    from tuner.data.spark import SparkData
 
+    if isinstance(planned, SparkData):
+        data, how = planned.ready(app_name=f"tuner-{sweep.name}")
+        return data, f"in memory ({how}; Spark stopped before the trials)"
     if not isinstance(planned, OwnData):
         return planned, "in memory"
     from tuner.data import sources
@@ -81,6 +85,8 @@ def check_model(sweep: SweepConfig, data: Any) -> None:
     a torchvision option its builder does not take, a weights file that does not fit, or a
     factory that returns something else than a module is one line now, not in every trial."""
     if not sweep.has_model or data is None or sweep.model.name in ("cnn", "resnet18", "resnet34", "synthetic"):
+        return
+    if data.num_classes is None:  # Spark's data: its classes are known once it has run
         return
     from tuner.models import zoo
     from tuner.models.build import build_model

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 import yaml
 
-from tuner.data.datasets import held_out, normalise
+from tuner.data.datasets import normalise
+from tuner.data.planning import held_out
 from tuner.errors import ConfigError, TunerError
 from tuner.folder import records
 from tuner.models.build import build_model

@@ -87,7 +87,7 @@ def _export(
 
 
 def _export_model(sweep, paths, folder: Path, config, metrics, sampled, *, to: Path, overwrite: bool) -> ExportedModel:
-    from tuner.data.datasets import held_out
+    from tuner.data.planning import held_out
     from tuner.models.build import build_model
 
     weights = folder / MODEL_FILE

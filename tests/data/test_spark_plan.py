@@ -1,0 +1,135 @@
+"""``data.dataset: spark`` before Ray starts: the sweep file's section, the environment
+(the extra installed, a Java Spark runs on) and the input, each refused in one line."""
+
+from __future__ import annotations
+
+import stat
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tuner.data import spark
+from tuner.errors import ConfigError, TunerError
+from tuner.spec.config import load_sweep
+
+
+def _sweep(tmp_path: Path, data: str) -> Path:
+    path = tmp_path / "spark.yaml"
+    path.write_text(textwrap.dedent(f"name: s\noutput_dir: {tmp_path / 'runs'}\ndata:\n{textwrap.indent(data, '  ')}"))
+    return path
+
+
+def test_a_spark_section_loads_with_its_defaults(tmp_path):
+    sweep = load_sweep(
+        str(_sweep(tmp_path, "dataset: spark\nimage_size: 28\nchannels: 1\nspark: {input: x.parquet}\n"))
+    )
+    assert sweep.data.spark.session.executors == 1 and sweep.data.spark.session.start_timeout_s == 180
+    assert sweep.data.spark.standardise and sweep.data.spark.label_column == "label"
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ("dataset: spark\nimage_size: 28\n", "data.spark: dataset 'spark' is read and prepared as data.spark says"),
+        ("dataset: mnist\nspark: {input: x.parquet}\n", "but got dataset 'mnist'"),
+        ("dataset: spark\nspark: {input: x.parquet}\n", "data.image_size: Spark's images are decoded"),
+        (
+            "dataset: spark\nimage_size: 28\nspark: {input: x, session: {executors: 0}}\n",
+            "data.spark.session.executors",
+        ),
+        ("dataset: spark\nimage_size: 28\nspark: {input: x, session: {executor_memory: lots}}\n", "executor_memory"),
+        ("dataset: spark\nimage_size: 28\nspark: {input: x, function: not a function}\n", "data.spark.function"),
+        ("dataset: spark\nimage_size: 28\nspark: {input: x, fromat: csv}\n", "did you mean 'format'?"),
+    ],
+)
+def test_a_bad_spark_section_is_one_line_naming_the_field(tmp_path, data, said):
+    with pytest.raises(ConfigError) as refused:
+        load_sweep(str(_sweep(tmp_path, data)))
+    assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "major"),
+    [
+        ('openjdk version "17.0.15" 2025-04-15', 17),
+        ('java version "1.8.0_392"', 8),
+        ('openjdk version "11.0.2" 2019-01-15', 11),
+        ('openjdk version "21" 2023-09-19', 21),
+        ("no version here", None),
+    ],
+)
+def test_the_java_version_is_read_as_java_prints_it(text, major):
+    assert spark.java_major(text) == major
+
+
+def _fake_java(folder: Path, version: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    java = folder / "java"
+    java.write_text(f"#!/bin/sh\necho 'openjdk version \"{version}\" 2023-09-19' >&2\n")
+    java.chmod(java.stat().st_mode | stat.S_IEXEC)
+    return folder
+
+
+def test_a_java_spark_does_not_run_on_is_refused_saying_what_to_install(tmp_path, monkeypatch):
+    pytest.importorskip("raydp", reason="the spark extra")
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path / "jdk21" / "bin", "21").parent))
+    with pytest.raises(TunerError) as refused:
+        spark.check_environment()
+    said = str(refused.value)
+    assert "Spark 3.5 runs on Java 8, 11, 17" in said and "is Java 21" in said and "openjdk-17" in said
+
+
+def test_no_java_at_all_is_refused_saying_what_to_install(tmp_path, monkeypatch):
+    pytest.importorskip("raydp", reason="the spark extra")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing named java there
+    with pytest.raises(TunerError) as refused:
+        spark.check_environment()
+    assert "none found" in str(refused.value) and "openjdk-17" in str(refused.value)
+
+
+def test_java_17_gets_its_module_flags_on_every_java_spark_starts():
+    class Session:
+        configs = {"spark.executor.extraJavaOptions": "-Xss4m", "spark.sql.shuffle.partitions": "4"}
+
+    configs = spark.spark_configs(Session(), 17)
+    for key in spark.JAVA_OPTION_KEYS:
+        assert "--add-opens=java.base/java.nio=ALL-UNNAMED" in configs[key]
+    assert configs["spark.executor.extraJavaOptions"].endswith("-Xss4m")  # the file's own kept
+    assert configs["spark.sql.shuffle.partitions"] == "4"
+    assert "spark.driver.extraJavaOptions" not in spark.spark_configs(Session(), 11)
+
+
+def test_a_missing_local_input_is_refused_before_ray_starts(tmp_path):
+    pytest.importorskip("raydp", reason="the spark extra")
+    sweep = load_sweep(
+        str(_sweep(tmp_path, f"dataset: spark\nimage_size: 28\nspark: {{input: {tmp_path / 'nothing.parquet'}}}\n"))
+    )
+    with pytest.raises(TunerError) as refused:
+        spark.SparkData(sweep.data, seed=0)
+    assert "data.spark.input" in str(refused.value) and "does not exist" in str(refused.value)
+
+
+def test_a_function_that_cannot_be_imported_is_refused_before_ray_starts(tmp_path, monkeypatch):
+    pytest.importorskip("raydp", reason="the spark extra")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prep.py").write_text("def tidy(spark, frame):\n    return frame\n")
+    (tmp_path / "in.parquet").write_bytes(b"x")
+    data = "dataset: spark\nimage_size: 28\nspark: {input: in.parquet, function: 'prep:missing'}\n"
+    sweep = load_sweep(str(_sweep(tmp_path, data)))
+    with pytest.raises(TunerError) as refused:
+        spark.SparkData(sweep.data, seed=0)
+    assert "data.spark.function: prep has no function 'missing'" in str(refused.value)
+    assert callable(spark.function_of("prep:tidy"))
+
+
+def test_the_input_format_comes_from_its_name_unless_given():
+    class Config:
+        def __init__(self, input: str, format: str = "auto") -> None:
+            self.input, self.format = input, format
+
+    assert spark.input_format(Config("a/b.csv")) == "csv"
+    assert spark.input_format(Config("a/b.jsonl")) == "json"
+    assert spark.input_format(Config("s3://bucket/table/")) == "parquet"
+    assert spark.input_format(Config("a/pictures", "images")) == "images"

@@ -1,0 +1,612 @@
+"""``data.dataset: spark``: a Spark session on the sweep's own Ray (RayDP) reads and
+prepares the data; the trials get it through Ray Data, as they get a user's own files.
+
+The steps, in the driver, once Ray runs (Spark needs it):
+
+1. ``check_environment`` (before Ray starts): pyspark and raydp installed (the ``spark``
+   extra), a Java that Spark 3.5 runs on (8, 11 or 17), the user's function importable.
+2. ``session``: ``raydp.init_spark`` within ``data.spark.session.start_timeout_s``, with
+   the module flags Java 17 needs on the driver, the executors *and* RayDP's app master
+   (without them a Java worker dies and Spark hangs instead of failing).
+3. ``prepare``: read the input, the user's function, select and decode the image and
+   label columns, split (a column, or seeded fractions), per-channel statistics fitted
+   on the training split only.
+4. The hand-over: each split to Ray Data (RayDP's ``from_spark``), then uint8 arrays;
+   Spark is stopped before the trials start unless ``session.keep`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from tuner.errors import TunerError
+
+# Spark 3.5 runs on these Javas (its docs); RayDP's jars are built for 8 and later.
+JAVA_VERSIONS = (8, 11, 17)
+# What Spark's own launcher adds for Java 17 (JavaModuleOptions), and RayDP's examples pass
+# to the driver, the executors and the app master alike.
+JAVA_17_OPTIONS = " ".join(
+    ["-XX:+IgnoreUnrecognizedVMOptions", "-Djdk.reflect.useDirectMethodHandle=false"]
+    + [
+        f"--add-opens=java.base/{package}=ALL-UNNAMED"
+        for package in (
+            "java.lang",
+            "java.lang.invoke",
+            "java.lang.reflect",
+            "java.io",
+            "java.net",
+            "java.nio",
+            "java.math",
+            "java.text",
+            "java.util",
+            "java.util.concurrent",
+            "java.util.concurrent.atomic",
+            "jdk.internal.ref",
+            "sun.nio.ch",
+            "sun.nio.cs",
+            "sun.security.action",
+            "sun.util.calendar",
+        )
+    ]
+)
+JAVA_OPTION_KEYS = (
+    "spark.driver.extraJavaOptions",
+    "spark.executor.extraJavaOptions",
+    "spark.ray.raydp_app_master.extraJavaOptions",
+)
+INSTALL_JAVA = "install Java 17, e.g. apt-get install openjdk-17-jre-headless, or set JAVA_HOME to one"
+
+
+def java_command() -> str | None:
+    """The java Spark will start: $JAVA_HOME's, else the first on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
+        return os.path.join(home, "bin", "java")
+    return shutil.which("java")
+
+
+def java_major(version_text: str) -> int | None:
+    """The major version in ``java -version``'s output: 'version "1.8.0_392"' -> 8, '"17.0.15"' -> 17."""
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', version_text)
+    if not found:
+        return None
+    major = int(found.group(1))
+    return int(found.group(2) or 0) if major == 1 else major
+
+
+def check_environment(field: str = "data.dataset") -> int:
+    """Before Ray starts: the extra installed and a Java Spark runs on; its major version."""
+    missing = [name for name in ("pyspark", "raydp") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise TunerError(
+            f"{field}: 'spark' needs {' and '.join(missing)}, which are not installed; "
+            f"pip install 'tuner[spark]' (raydp and a pyspark it supports)"
+        )
+    java = java_command()
+    if java is None:
+        raise TunerError(
+            f"{field}: 'spark' needs Java {', '.join(map(str, JAVA_VERSIONS))}; none found; {INSTALL_JAVA}"
+        )
+    try:
+        said = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise TunerError(f"{field}: 'spark' needs Java, but {java} -version failed ({error}); {INSTALL_JAVA}") from None
+    major = java_major(said.stderr + said.stdout)
+    if major not in JAVA_VERSIONS:
+        found = f"Java {major}" if major else "a Java whose version it could not read"
+        raise TunerError(
+            f"{field}: Spark 3.5 runs on Java {', '.join(map(str, JAVA_VERSIONS))}, but {java} is {found}; "
+            f"{INSTALL_JAVA}"
+        )
+    return major
+
+
+def function_of(spec: str, field: str = "data.spark.function") -> Any:
+    """``module:function`` imported (from the working folder too), or one line saying why not."""
+    module_name, _, name = spec.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - the user's module: any import error, as one line
+        raise TunerError(f"{field}: cannot import {module_name!r} ({type(error).__name__}: {error})") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise TunerError(f"{field}: {module_name} has no function {name!r}, but got {spec!r}")
+    return function
+
+
+def spark_configs(session: Any, java_major_version: int) -> dict[str, str]:
+    """The file's configs, with Java 17's flags added to each Java option the file sets or not."""
+    configs = {"spark.python.worker.reuse": "true", **session.configs}
+    configs.setdefault("spark.pyspark.python", sys.executable)  # the executors' Python UDFs: this venv's
+    if java_major_version >= 17:
+        for key in JAVA_OPTION_KEYS:
+            configs[key] = f"{JAVA_17_OPTIONS} {configs.get(key, '')}".strip()
+    return configs
+
+
+@contextlib.contextmanager
+def session(config: Any, app_name: str, java_major_version: int) -> Iterator[Any]:
+    """A Spark session on the running Ray, up within ``start_timeout_s`` (else one line and
+    nothing left running); stopped on the way out."""
+    import raydp
+
+    spec = config.session
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    started: dict[str, Any] = {}
+
+    def start() -> None:
+        try:
+            started["spark"] = raydp.init_spark(
+                app_name,
+                spec.executors,
+                spec.executor_cores,
+                spec.executor_memory,
+                configs=spark_configs(spec, java_major_version),
+            )
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+            started["error"] = error
+
+    thread = threading.Thread(target=start, name="tuner-spark-start", daemon=True)
+    thread.start()
+    thread.join(spec.start_timeout_s)
+    if "spark" not in started:
+        with contextlib.suppress(Exception):
+            raydp.stop_spark()
+        if "error" in started:
+            error = started["error"]
+            reason = str(error).strip().splitlines()[-1] if str(error).strip() else ""
+            raise TunerError(f"data.spark.session: Spark did not start ({type(error).__name__}: {reason})") from None
+        raise TunerError(
+            f"data.spark.session.start_timeout_s: Spark was not up after {spec.start_timeout_s:g} s "
+            f"({spec.executors} executor(s) of {spec.executor_cores} core(s), {spec.executor_memory}); "
+            "a cluster without the CPUs or memory they ask for, or a Java that cannot start"
+        )
+    try:
+        yield started["spark"]
+    finally:
+        with contextlib.suppress(Exception):
+            raydp.stop_spark()
+
+
+# --- preparation ---------------------------------------------------------------------------------
+SPLIT_NAMES = ("train", "val", "test")
+
+
+def input_format(config: Any) -> str:
+    """``data.spark.format``, or from the input's name: .csv, .json/.jsonl, else Parquet."""
+    if config.format != "auto":
+        return config.format
+    name = config.input.rstrip("/").lower()
+    if name.endswith(".csv"):
+        return "csv"
+    if name.endswith((".json", ".jsonl")):
+        return "json"
+    return "parquet"
+
+
+def read(spark: Any, config: Any) -> Any:
+    """The input as a DataFrame; ``images``: Spark's binary files, labelled by their folder
+    (``DIR/<split>/<class>/*`` or ``DIR/<class>/*``, as an image folder is laid out)."""
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's own spelling
+
+    kind = input_format(config)
+    try:
+        if kind == "images":
+            frame = spark.read.format("binaryFile").options(recursiveFileLookup="true", **config.options)
+            frame = frame.load(config.input)
+            parts = F.split(F.col("path"), "/")
+            frame = frame.select(
+                F.col("content").alias(config.image_column),
+                F.element_at(parts, -2).alias(config.label_column),
+                F.element_at(parts, -3).alias("_folder"),
+            )
+            if config.split_column:
+                frame = frame.withColumnRenamed("_folder", config.split_column)
+            else:
+                frame = frame.drop("_folder")
+            return frame
+        return spark.read.format(kind).options(**config.options).load(config.input)
+    except Exception as error:  # noqa: BLE001 - Spark's AnalysisException: a missing path, a bad file
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise TunerError(f"data.spark.input: Spark cannot read {config.input!r} as {kind} ({reason})") from None
+
+
+def _pixels_udf(size: int, channels: int) -> Any:
+    """A Spark pandas UDF: each value (PNG/JPEG bytes, or pixel values in [C, H, W] order)
+    to ``channels x size x size`` uint8 bytes. Defined here, pickled by value: an executor
+    needs numpy and Pillow, not tuner."""
+    import pandas as pd
+    from pyspark.sql.functions import pandas_udf
+
+    def one(value: Any) -> bytes:
+        import io
+
+        import numpy as np
+        from PIL import Image
+
+        if isinstance(value, (bytes, bytearray)):
+            try:
+                with Image.open(io.BytesIO(value)) as image:
+                    image = image.convert("L" if channels == 1 else "RGB")
+                    if image.size != (size, size):
+                        image = image.resize((size, size), Image.Resampling.BILINEAR)
+                    array = np.asarray(image, dtype=np.uint8)
+            except Exception as error:  # noqa: BLE001 - Pillow's many errors, as one line
+                raise ValueError(
+                    f"tuner-spark: an image Pillow cannot read ({type(error).__name__}: {error})"
+                ) from None
+            return (array[None] if channels == 1 else array.transpose(2, 0, 1)).tobytes()
+        array = np.asarray(value, dtype=np.float64)
+        if array.size != channels * size * size:
+            raise ValueError(
+                f"tuner-spark: {array.size} pixel values in a row; data.channels x image_size^2 is "
+                f"{channels * size * size}"
+            )
+        if array.min() < 0 or array.max() > 255:
+            raise ValueError(f"tuner-spark: pixel values from {array.min():g} to {array.max():g}; they must be 0-255")
+        return np.rint(array).astype(np.uint8).tobytes()
+
+    @pandas_udf("binary")
+    def pixels(values: pd.Series) -> pd.Series:
+        return values.map(one)
+
+    return pixels
+
+
+def _spark_reason(error: BaseException) -> str:
+    """The line that says what went wrong in an executor's Python (ours start 'tuner-spark: ')."""
+    text = str(error)
+    ours = re.findall(r"tuner-spark: ([^\n]+)", text)
+    if ours:
+        return ours[-1].strip()
+    python = re.findall(r"\n(\w+(?:Error|Exception): [^\n]+)", text)
+    if python:
+        return python[-1].strip()
+    return (text.strip().splitlines() or [type(error).__name__])[0][:300]
+
+
+def prepare(spark: Any, config: Any, data: Any, seed: int) -> dict[str, Any]:
+    """The prepared splits as DataFrames of ``image`` (uint8 bytes, [C, H, W]) and ``label``
+    (class index), with the classes and the training split's per-channel statistics."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    frame = read(spark, config)
+    if config.function:
+        function = function_of(config.function)
+        try:
+            frame = function(spark, frame)
+        except Exception as error:  # noqa: BLE001 - the user's function, as one line
+            raise TunerError(
+                f"data.spark.function: {config.function} raised {type(error).__name__}: {_spark_reason(error)}"
+            ) from None
+        if not hasattr(frame, "columns") or not hasattr(frame, "select"):
+            raise TunerError(
+                f"data.spark.function: {config.function} must return a Spark DataFrame, but returned "
+                f"{type(frame).__name__}"
+            )
+    columns = list(frame.columns)
+    if config.label_column not in columns:
+        raise TunerError(
+            f"data.spark.label_column: no column {config.label_column!r} in the prepared data "
+            f"(columns: {', '.join(columns)})"
+        )
+    if config.pixel_columns:
+        pixel_columns = [c for c in columns if c.startswith(config.pixel_columns)]
+        if not pixel_columns:
+            raise TunerError(f"data.spark.pixel_columns: no column starts with {config.pixel_columns!r}")
+        source = F.array(*[F.col(c) for c in pixel_columns])
+    elif config.image_column in columns:
+        source = F.col(config.image_column)
+    else:
+        raise TunerError(
+            f"data.spark.image_column: no column {config.image_column!r} in the prepared data "
+            f"(columns: {', '.join(columns)}); or name numeric pixel columns with data.spark.pixel_columns"
+        )
+    classes, index = _classes(frame, config)
+    split = F.col(config.split_column) if config.split_column else None
+    prepared = frame.select(
+        _pixels_udf(data.image_size, data.channels)(source).alias("image"),
+        index.alias("label"),
+        *([split.alias("_split")] if split is not None else []),
+    )
+    splits = _split(prepared, config, data, seed)
+    if data.train_subset is not None:
+        splits["train"] = splits["train"].orderBy(F.rand(seed)).limit(data.train_subset)
+    return {"splits": splits, "classes": classes}
+
+
+def _classes(frame: Any, config: Any) -> tuple[list[str], Any]:
+    """The classes (sorted strings, or 0..max for integers) and a column of class indices."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    label = config.label_column
+    kind = dict(frame.dtypes)[label]
+    found = [row[0] for row in frame.select(label).distinct().collect()]
+    if any(value is None for value in found):
+        raise TunerError(f"data.spark.label_column: {label!r} has empty values")
+    if kind in ("tinyint", "smallint", "int", "bigint"):
+        if min(found) < 0:
+            raise TunerError(f"data.spark.label_column: {label!r} has a negative class, {min(found)}")
+        return [str(k) for k in range(max(found) + 1)], F.col(label).cast("long")
+    if kind == "string":
+        names = sorted(found)
+        mapping = F.create_map(*[item for i, name in enumerate(names) for item in (F.lit(name), F.lit(i))])
+        return names, mapping[F.col(label)].cast("long")
+    raise TunerError(f"data.spark.label_column: {label!r} is {kind}; it must hold integers or strings")
+
+
+def _split(prepared: Any, config: Any, data: Any, seed: int) -> dict[str, Any]:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    if config.split_column:
+        values = {row[0] for row in prepared.select("_split").distinct().collect()}
+        unknown = sorted(str(v) for v in values - set(SPLIT_NAMES))
+        if unknown or "train" not in values:
+            raise TunerError(
+                f"data.spark.split_column: {config.split_column!r} holds train, val and test (train at least), "
+                f"but got {', '.join(sorted(map(str, values)))}"
+            )
+        splits = {
+            name: prepared.where(F.col("_split") == name).drop("_split") for name in SPLIT_NAMES if name in values
+        }
+        if "val" not in splits:  # held out of train, as an image folder without val/ is
+            train, val = splits["train"].randomSplit([1 - data.val_fraction, data.val_fraction], seed)
+            splits.update(train=train, val=val)
+        return splits
+    test = config.test_fraction
+    weights = [1 - data.val_fraction - test, data.val_fraction] + ([test] if test else [])
+    if weights[0] <= 0:
+        raise TunerError(
+            f"data.spark.test_fraction: with data.val_fraction {data.val_fraction:g}, nothing is left to train on"
+        )
+    parts = prepared.randomSplit(weights, seed)
+    return dict(zip(SPLIT_NAMES, parts, strict=False))
+
+
+def channel_statistics(train: Any, channels: int, size: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Mean and std per channel on the 0-1 scale, fitted by Spark on the training split only
+    (a partial sum per partition, added up here)."""
+    import numpy as np
+
+    def partial(batches: Any) -> Any:
+        import numpy as np
+        import pandas as pd
+
+        for batch in batches:
+            if not len(batch):
+                continue
+            pixels = np.frombuffer(b"".join(batch["image"]), np.uint8).reshape(len(batch), channels, size * size)
+            scaled = pixels.astype(np.float64) / 255.0
+            yield pd.DataFrame(
+                {
+                    "count": [float(len(batch) * size * size)],
+                    "total": [scaled.sum(axis=(0, 2)).tolist()],
+                    "squares": [(scaled**2).sum(axis=(0, 2)).tolist()],
+                }
+            )
+
+    rows = train.mapInPandas(partial, "count double, total array<double>, squares array<double>").collect()
+    count = sum(row["count"] for row in rows)
+    if not count:
+        raise TunerError("data.spark: the training split is empty")
+    total = np.sum([row["total"] for row in rows], axis=0)
+    squares = np.sum([row["squares"] for row in rows], axis=0)
+    mean = total / count
+    std = np.sqrt(np.maximum(squares / count - mean**2, 1e-12))
+    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
+
+
+def to_arrays(frame: Any, channels: int, size: int) -> tuple[Any, Any]:
+    """A prepared split through Ray Data (RayDP's ``from_spark``) into uint8 images
+    ``[N, C, H, W]`` and int64 labels."""
+    import numpy as np
+    import ray.data
+
+    dataset = ray.data.from_spark(frame)
+    images, labels = [], []
+    for batch in dataset.iter_batches(batch_size=4096, batch_format="numpy"):
+        images.append(np.frombuffer(b"".join(batch["image"]), np.uint8).reshape(-1, channels, size, size))
+        labels.append(np.asarray(batch["label"], dtype=np.int64))
+    if not images:
+        return np.zeros((0, channels, size, size), np.uint8), np.zeros(0, np.int64)
+    return np.concatenate(images), np.concatenate(labels)
+
+
+# --- the plan the driver holds, and the cache of prepared splits ---------------------------------
+SPARK_CACHE_FORMAT = 1
+
+
+def input_identity(path: str) -> list[Any] | None:
+    """Every file under a local input (path, size, mtime), or None for a URI or glob: its
+    preparation is not cached (what it holds cannot be told cheaply)."""
+    from tuner.folder import remote
+
+    if remote.is_remote(path) or any(c in path for c in "*?["):
+        return None
+    root = os.path.abspath(path)
+    files = (
+        [root]
+        if os.path.isfile(root)
+        else sorted(os.path.join(folder, name) for folder, _, names in os.walk(root) for name in names)
+    )
+    return [[f, os.path.getsize(f), os.path.getmtime(f)] for f in files]
+
+
+def cache_folder(data: Any, seed: int) -> Any:
+    """Where the prepared splits of this input and preparation are kept; None when not cached."""
+    import hashlib
+    import json
+
+    from tuner.data.sources import cache_dir
+
+    identity = input_identity(data.spark.input)
+    if identity is None or data.spark.function:  # a function's output may change without its input
+        return None
+    key = {
+        "format": SPARK_CACHE_FORMAT,
+        "files": identity,
+        "spark": data.spark.model_dump(exclude={"session"}),
+        "size": data.image_size,
+        "channels": data.channels,
+        "val_fraction": data.val_fraction,
+        "train_subset": data.train_subset,
+        "seed": seed,
+    }
+    return cache_dir() / "spark" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def save_prepared(folder: Any, arrays: dict[str, tuple[Any, Any]], meta: dict[str, Any]) -> None:
+    """The prepared splits, for the export's test score and the next sweep on this input;
+    written whole or not at all (no room: the sweep goes on without it)."""
+    import json
+
+    import numpy as np
+
+    if folder is None:
+        return
+    partial = folder.with_name(f".{folder.name}.partial.{os.getpid()}")
+    try:
+        partial.mkdir(parents=True, exist_ok=True)
+        for split, (images, labels) in arrays.items():
+            np.save(partial / f"{split}_images.npy", images)
+            np.save(partial / f"{split}_labels.npy", labels)
+        (partial / "meta.json").write_text(json.dumps(meta) + "\n")
+        if folder.exists():  # another sweep wrote the same preparation meanwhile
+            shutil.rmtree(partial, ignore_errors=True)
+        else:
+            os.replace(partial, folder)
+    except OSError:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def load_prepared(folder: Any) -> tuple[dict[str, tuple[Any, Any]], dict[str, Any]] | None:
+    """What ``save_prepared`` kept (images memory-mapped), or None."""
+    import json
+
+    import numpy as np
+
+    if folder is None or not (folder / "meta.json").is_file():
+        return None
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        arrays = {
+            split: (np.load(folder / f"{split}_images.npy", mmap_mode="r"), np.load(folder / f"{split}_labels.npy"))
+            for split in meta["splits"]
+        }
+    except (OSError, ValueError, KeyError):
+        return None
+    return arrays, meta
+
+
+class SparkData:
+    """``data.dataset: spark`` planned before Ray starts (the environment checked), prepared
+    by ``ready`` once Ray runs: Spark started, the splits prepared and handed over, Spark
+    stopped. A second sweep on the same local input and settings reads the cache instead."""
+
+    def __init__(self, config: Any, seed: int) -> None:
+        self.config, self.seed = config, seed
+        self.channels, self.size = config.channels, config.image_size
+        self.record: dict | None = None
+        self.java = 0
+        self.cache = cache_folder(config, seed)
+        self.cached = load_prepared(self.cache) is not None
+        if not self.cached:
+            self.java = check_environment()
+            if config.spark.function:
+                function_of(config.spark.function)
+            identity = input_identity(config.spark.input)
+            if identity is not None and not identity:
+                raise TunerError(f"data.spark.input: {config.spark.input!r} does not exist or holds no file")
+
+    @property
+    def num_classes(self) -> int | None:
+        """Known once prepared (or from the cache)."""
+        kept = load_prepared(self.cache)
+        return len(kept[1]["classes"]) if kept else None
+
+    def ready(self, *, app_name: str) -> tuple[Any, str]:
+        import time
+
+        from tuner.data.datasets import Split, TrainingData
+
+        started = time.perf_counter()
+        kept = load_prepared(self.cache)
+        if kept is None:
+            with session(self.config.spark, app_name, self.java) as spark:
+                prepared = prepare(spark, self.config.spark, self.config, self.seed)
+                splits = prepared["splits"]
+                channels, size = self.channels, self.size
+                try:
+                    stats = (
+                        channel_statistics(splits["train"], channels, size)
+                        if self.config.spark.standardise
+                        else (
+                            (0.0,) * channels,
+                            (1.0,) * channels,
+                        )
+                    )
+                    arrays = {name: to_arrays(frame, channels, size) for name, frame in splits.items()}
+                except TunerError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - a task that failed in an executor
+                    raise TunerError(f"data.spark: preparing the data failed: {_spark_reason(error)}") from None
+            meta = {"splits": list(arrays), "classes": prepared["classes"], "mean": stats[0], "std": stats[1]}
+            save_prepared(self.cache, arrays, meta)
+            how = f"prepared by Spark on Ray in {time.perf_counter() - started:.1f} s"
+        else:
+            arrays, meta = kept
+            how = "prepared by Spark earlier, from the cache"
+        if not len(arrays["train"][1]) or "val" not in arrays or not len(arrays["val"][1]):
+            raise TunerError("data.spark: the training or validation split is empty; see data.val_fraction")
+        data = TrainingData(
+            dataset="spark",
+            train=Split(*arrays["train"]),
+            val=Split(*arrays["val"]),
+            mean=tuple(meta["mean"]),
+            std=tuple(meta["std"]),
+            num_classes=len(meta["classes"]),
+            channels=self.channels,
+            size=self.size,
+            classes=tuple(meta["classes"]),
+        )
+        self.record = {"data": self.describe(meta), "held": "memory"}
+        return data, how
+
+    def describe(self, meta: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "dataset": "spark",
+            "channels": self.channels,
+            "size": self.size,
+            "num_classes": len(meta["classes"]),
+            "mean": list(meta["mean"]),
+            "std": list(meta["std"]),
+            "classes": list(meta["classes"]),
+        }
+
+    def test_chunks(self) -> Iterator[tuple[Any, Any]]:
+        """The prepared test split (from the cache), if the preparation had one."""
+        kept = load_prepared(self.cache)
+        if kept and "test" in kept[0]:
+            images, labels = kept[0]["test"]
+            count = self.config.test_subset
+            yield images[:count], labels[:count]
+
+    def examples(self, count: int = 2) -> Any:
+        import numpy as np
+
+        kept = load_prepared(self.cache)
+        if not kept:
+            return np.zeros((0, self.channels, self.size, self.size), np.uint8)
+        split = "test" if "test" in kept[0] else "val"
+        return np.asarray(kept[0][split][0][:count])
