@@ -413,8 +413,8 @@ BAD = [
         "unknown_dataset",
         "data:\n  dataset: imagenet\n",
         2,
-        r"data\.dataset: input should be 'mnist', 'fashion_mnist', 'cifar10', 'synthetic', 'image_folder' or "
-        r"'parquet', but got 'imagenet'$",
+        r"data\.dataset: input should be 'mnist', 'fashion_mnist', 'cifar10', 'synthetic', 'image_folder', "
+        r"'parquet' or 'spark', but got 'imagenet'$",
         "'imagenet'",
     ),
     Bad(

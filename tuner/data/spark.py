@@ -11,8 +11,9 @@ The steps, in the driver, once Ray runs (Spark needs it):
 3. ``prepare``: read the input, the user's function, select and decode the image and
    label columns, split (a column, or seeded fractions), per-channel statistics fitted
    on the training split only.
-4. The hand-over: each split to Ray Data (RayDP's ``from_spark``), then uint8 arrays;
-   Spark is stopped before the trials start unless ``session.keep`` says otherwise.
+4. The hand-over: each split to Ray Data (RayDP's ``from_spark``), then uint8 arrays in
+   memory, kept in tuner's cache for the export and the next sweep on the same input;
+   Spark is stopped before the trials start, so its executors hold no CPU they need.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -127,7 +129,7 @@ def function_of(spec: str, field: str = "data.spark.function") -> Any:
 
 def spark_configs(session: Any, java_major_version: int) -> dict[str, str]:
     """The file's configs, with Java 17's flags added to each Java option the file sets or not."""
-    configs = {"spark.python.worker.reuse": "true", **session.configs}
+    configs = {"spark.python.worker.reuse": "true", "spark.ui.showConsoleProgress": "false", **session.configs}
     configs.setdefault("spark.pyspark.python", sys.executable)  # the executors' Python UDFs: this venv's
     if java_major_version >= 17:
         for key in JAVA_OPTION_KEYS:
@@ -136,9 +138,27 @@ def spark_configs(session: Any, java_major_version: int) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def session(config: Any, app_name: str, java_major_version: int) -> Iterator[Any]:
+def _java_output_to(log: str | None) -> Iterator[None]:
+    """While Spark's JVMs start, this process's stderr goes to ``log``: they inherit it, and
+    their log4j lines go there, not between tuner's lines (None: left as it is)."""
+    if log is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log, "ab") as file:
+        os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def session(config: Any, app_name: str, java_major_version: int, log: str | None = None) -> Iterator[Any]:
     """A Spark session on the running Ray, up within ``start_timeout_s`` (else one line and
-    nothing left running); stopped on the way out."""
+    nothing left running); stopped on the way out. ``log``: where the JVMs' output goes."""
     import raydp
 
     spec = config.session
@@ -157,25 +177,38 @@ def session(config: Any, app_name: str, java_major_version: int) -> Iterator[Any
         except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
             started["error"] = error
 
-    thread = threading.Thread(target=start, name="tuner-spark-start", daemon=True)
-    thread.start()
-    thread.join(spec.start_timeout_s)
+    with _java_output_to(log):
+        thread = threading.Thread(target=start, name="tuner-spark-start", daemon=True)
+        thread.start()
+        thread.join(spec.start_timeout_s)
+    if "spark" in started and log is not None:
+        started["spark"].sparkContext.setLogLevel("ERROR")
     if "spark" not in started:
-        with contextlib.suppress(Exception):
-            raydp.stop_spark()
+        # No stop_spark here: a failed init_spark has stopped what it began, and one still
+        # starting holds RayDP's lock, which RayDP's own exit hook would wait on for ever.
+        # What it started is this driver's: it goes when Ray does.
+        import atexit
+
+        from raydp import context
+
+        atexit.unregister(context.stop_spark)
         if "error" in started:
             error = started["error"]
             reason = str(error).strip().splitlines()[-1] if str(error).strip() else ""
-            raise TunerError(f"data.spark.session: Spark did not start ({type(error).__name__}: {reason})") from None
+            where = f"; its output: {log}" if log else ""
+            raise TunerError(
+                f"data.spark.session: Spark did not start ({type(error).__name__}: {reason}){where}"
+            ) from None
         raise TunerError(
             f"data.spark.session.start_timeout_s: Spark was not up after {spec.start_timeout_s:g} s "
             f"({spec.executors} executor(s) of {spec.executor_cores} core(s), {spec.executor_memory}); "
             "a cluster without the CPUs or memory they ask for, or a Java that cannot start"
+            + (f"; its output: {log}" if log else "")
         )
     try:
         yield started["spark"]
     finally:
-        with contextlib.suppress(Exception):
+        with _java_output_to(log), contextlib.suppress(Exception):
             raydp.stop_spark()
 
 
@@ -257,11 +290,11 @@ def _pixels_udf(size: int, channels: int) -> Any:
             raise ValueError(f"tuner-spark: pixel values from {array.min():g} to {array.max():g}; they must be 0-255")
         return np.rint(array).astype(np.uint8).tobytes()
 
-    @pandas_udf("binary")
-    def pixels(values: pd.Series) -> pd.Series:
+    def pixels(values):  # noqa: ANN001, ANN202 - typed below: pyspark reads real classes, not strings
         return values.map(one)
 
-    return pixels
+    pixels.__annotations__ = {"values": pd.Series, "return": pd.Series}
+    return pandas_udf(pixels, "binary")
 
 
 def _spark_reason(error: BaseException) -> str:
@@ -535,7 +568,7 @@ class SparkData:
         kept = load_prepared(self.cache)
         return len(kept[1]["classes"]) if kept else None
 
-    def ready(self, *, app_name: str) -> tuple[Any, str]:
+    def ready(self, *, app_name: str, verbose: bool = False) -> tuple[Any, str]:
         import time
 
         from tuner.data.datasets import Split, TrainingData
@@ -543,7 +576,8 @@ class SparkData:
         started = time.perf_counter()
         kept = load_prepared(self.cache)
         if kept is None:
-            with session(self.config.spark, app_name, self.java) as spark:
+            log = None if verbose else os.path.join(tempfile.gettempdir(), f"tuner-spark-{os.getpid()}.log")
+            with session(self.config.spark, app_name, self.java, log) as spark:
                 prepared = prepare(spark, self.config.spark, self.config, self.seed)
                 splits = prepared["splits"]
                 channels, size = self.channels, self.size

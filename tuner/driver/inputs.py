@@ -45,7 +45,10 @@ def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: boo
     from tuner.data.spark import SparkData
 
     if isinstance(planned, SparkData):
-        data, how = planned.ready(app_name=f"tuner-{sweep.name}")
+        from tuner.data import sources
+
+        sources.quiet_ray_data(verbose)
+        data, how = planned.ready(app_name=f"tuner-{sweep.name}", verbose=verbose)
         return data, f"in memory ({how}; Spark stopped before the trials)"
     if not isinstance(planned, OwnData):
         return planned, "in memory"

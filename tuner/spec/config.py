@@ -85,7 +85,6 @@ class SparkSessionConfig(Strict):
     executor_memory: str = Field("1g", pattern=r"^[0-9]+[kmgtKMGT]?[bB]?$")  # as Spark writes it: 512m, 2g
     configs: dict[str, str] = Field(default_factory=dict)  # more Spark configs, e.g. spark.sql.shuffle.partitions
     start_timeout_s: float = Field(180.0, gt=0, le=3600)  # Spark not up by then: one line, nothing left
-    keep: bool = False  # keep the executors while the trials run (their CPUs are then not the trials')
 
 
 class SparkConfig(Strict):
