@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -177,10 +178,21 @@ def session(config: Any, app_name: str, java_major_version: int, log: str | None
         except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
             started["error"] = error
 
+    deadline = time.monotonic() + spec.start_timeout_s
     with _java_output_to(log):
         thread = threading.Thread(target=start, name="tuner-spark-start", daemon=True)
         thread.start()
         thread.join(spec.start_timeout_s)
+    # init_spark returns before the executors are up, and a job then waits for them for
+    # ever (one asking for more memory than a node has is never placed): wait here, within
+    # the same limit.
+    while "spark" in started and _executors(started["spark"]) < spec.executors:
+        if time.monotonic() > deadline:
+            with _java_output_to(log), contextlib.suppress(Exception):
+                raydp.stop_spark()
+            started.pop("spark")
+            break
+        time.sleep(0.5)
     if "spark" in started and log is not None:
         started["spark"].sparkContext.setLogLevel("ERROR")
     if "spark" not in started:
@@ -210,6 +222,14 @@ def session(config: Any, app_name: str, java_major_version: int, log: str | None
     finally:
         with _java_output_to(log), contextlib.suppress(Exception):
             raydp.stop_spark()
+
+
+def _executors(spark: Any) -> int:
+    """Executors registered with the session's driver (the driver itself not counted)."""
+    try:
+        return int(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()) - 1
+    except Exception:  # noqa: BLE001 - a session going away: none
+        return 0
 
 
 # --- preparation ---------------------------------------------------------------------------------
@@ -569,7 +589,6 @@ class SparkData:
         return len(kept[1]["classes"]) if kept else None
 
     def ready(self, *, app_name: str, verbose: bool = False) -> tuple[Any, str]:
-        import time
 
         from tuner.data.datasets import Split, TrainingData
 
