@@ -1,0 +1,129 @@
+"""``data.dataset: spark`` as users run it: ``python -m tuner sweep`` with a real Spark
+session that RayDP starts on the command's own local Ray, on Parquet made here from the
+real MNIST files. A prepared sweep (trained, exported, scored on Spark's test split), the
+second sweep on the same input from the cache, a user's function, and the failures that
+must be one line and never a hang."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from integration_helpers import data_root, small_sweep, tuner_cli
+from PIL import Image
+
+pytest.importorskip("raydp", reason="the spark extra (pip install 'tuner[spark]')")
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+ROWS = 1500
+
+
+@pytest.fixture(scope="module")
+def parquet(tmp_path_factory) -> Path:
+    """MNIST digits as one Parquet table: PNG bytes, integer label, train/test split."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tuner.data.datasets import load_test_split
+
+    train = load_test_split("mnist", str(data_root()), train=True, download=False)
+    test = load_test_split("mnist", str(data_root()), download=False)
+
+    def png(image: np.ndarray) -> bytes:
+        out = io.BytesIO()
+        Image.fromarray(image).save(out, format="PNG")
+        return out.getvalue()
+
+    folder = tmp_path_factory.mktemp("spark") / "mnist"
+    folder.mkdir()
+    for split, data, count in (("train", train, ROWS), ("test", test, 300)):
+        table = pa.table(
+            {
+                "image": [png(data.images[i, 0]) for i in range(count)],
+                "label": data.labels[:count].astype(np.int64),
+                "split": [split] * count,
+            }
+        )
+        pq.write_table(table, folder / f"{split}.parquet")
+    return folder
+
+
+def _file(tmp_path: Path, name: str, spark: dict, **data) -> Path:
+    sweep = small_sweep(tmp_path, name=name, train={"epochs": 1}, trials={"num_samples": 2})
+    sweep["data"] = {"dataset": "spark", "image_size": 28, "channels": 1, "spark": spark, **data}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+def _sweep(path: Path, cache: Path, timeout: float = 500):
+    return tuner_cli("sweep", str(path), timeout=timeout, env={"TUNER_CACHE_DIR": str(cache), "RAY_ADDRESS": ""})
+
+
+def test_a_spark_prepared_sweep_trains_exports_and_a_second_one_reads_the_cache(parquet, tmp_path):
+    spark = {"input": str(parquet), "split_column": "split"}
+    done = _sweep(_file(tmp_path, "prepared", spark), tmp_path / "cache")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "prepared by Spark on Ray in" in done.stdout, done.stdout
+    metrics = json.loads((tmp_path / "runs" / "prepared" / "best" / "metrics.json").read_text())
+    assert metrics["test_images"] == 300 and metrics["test_accuracy"] > 0.5, metrics  # Spark's test rows
+    described = json.loads((tmp_path / "runs" / "prepared" / "data.json").read_text())["data"]
+    # statistics fitted on the training split: MNIST's digits, about 0.13 and 0.31
+    assert described["mean"][0] == pytest.approx(0.13, abs=0.02) and described["std"][0] == pytest.approx(
+        0.31, abs=0.02
+    )
+    again = _sweep(_file(tmp_path, "again", spark), tmp_path / "cache")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "from the cache" in again.stdout, again.stdout
+
+
+def test_a_users_function_prepares_the_frame_the_trials_get(parquet, tmp_path, monkeypatch):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "evens.py").write_text(
+        "from pyspark.sql import functions as F\n\n"
+        "def only_evens(spark, frame):\n"
+        "    return frame.where(F.col('label') % 2 == 0)\n"
+    )
+    monkeypatch.chdir(code)
+    spark = {"input": str(parquet), "split_column": "split", "function": "evens:only_evens"}
+    done = _sweep(_file(tmp_path, "evens", spark), tmp_path / "cache")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    histories = list((tmp_path / "runs" / "evens" / "history").glob("*.jsonl"))
+    assert histories
+    described = json.loads((tmp_path / "runs" / "evens" / "data.json").read_text())["data"]
+    assert described["num_classes"] == 9  # 0..8: the largest class left is 8
+
+
+@pytest.mark.parametrize(
+    ("case", "spark", "said"),
+    [
+        ("raises", {"function": "broken:boom"}, "data.spark.function: broken:boom raised RuntimeError: not today"),
+        ("no label", {"function": "broken:nolabel"}, "data.spark.label_column: no column 'label'"),
+        (
+            "never placed",
+            {"session": {"executor_memory": "200g", "start_timeout_s": 20}},
+            "data.spark.session.start_timeout_s: Spark was not up after 20 s",
+        ),
+    ],
+)
+def test_a_failure_is_one_line_in_time_and_the_sweep_writes_nothing(parquet, tmp_path, monkeypatch, case, spark, said):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "broken.py").write_text(
+        "def boom(spark, frame):\n    raise RuntimeError('not today')\n\n"
+        "def nolabel(spark, frame):\n    return frame.drop('label')\n"
+    )
+    monkeypatch.chdir(code)
+    started = time.monotonic()
+    done = _sweep(_file(tmp_path, "bad", {"input": str(parquet), "split_column": "split", **spark}), tmp_path / "c")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("tuner: error:")]
+    assert len(lines) == 1 and said in lines[0], done.stderr[-3000:]
+    assert time.monotonic() - started < 240
+    assert not (tmp_path / "runs" / "bad").exists()
