@@ -1,0 +1,134 @@
+"""Spark on Ray (RayDP) against tuner's own decode path: the time and peak memory to get
+the full MNIST training set (60,000 digits as PNG bytes in Parquet) ready for the trials.
+
+    TUNER_DATA_DIR=DIR .venv/bin/python benchmarks/spark_prep.py [--images 60000]
+
+Needs the spark extra and Java 17. It writes the Parquet table once (``train.parquet``:
+``image`` PNG bytes, ``label``), then runs each contestant as a child process with a cold
+cache, measuring wall time and the peak PSS of its whole process tree (``run.TreeMemory``:
+Ray's workers and Spark's JVMs included):
+
+- ``tuner_parquet``: ``data.dataset: parquet``, listed, header-checked and decoded in the
+  process (what a sweep does with a set this size), no Ray;
+- ``spark``: ``data.dataset: spark`` on a local Ray: RayDP starts Spark (1 executor, 1
+  core, 1g), which reads, decodes (a pandas UDF), splits and fits the statistics; each
+  split through Ray Data into memory; Spark stopped. Ray's own start is in its wall time,
+  not in ``ready_s``.
+
+Both end as the same uint8 arrays in memory, which the trials read the same way: what
+feeds the trials does not change their throughput, only the time to their start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO))
+
+
+def tuner_parquet(folder: str, cache: str) -> dict:
+    os.environ["TUNER_CACHE_DIR"] = cache
+    from tuner.data.datasets import OwnData
+    from tuner.spec.config import DataConfig
+
+    started = time.perf_counter()
+    plan = OwnData.plan(DataConfig(dataset="parquet", path=folder, channels=1), seed=0)
+    data = plan.in_memory()
+    return {"images": len(data.train) + len(data.val), "ready_s": time.perf_counter() - started}
+
+
+def spark(folder: str, cache: str) -> dict:
+    os.environ["TUNER_CACHE_DIR"] = cache
+    import ray
+
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    from tuner.data import sources
+    from tuner.data.spark import SparkData
+    from tuner.spec.config import DataConfig
+
+    sources.quiet_ray_data()
+    config = DataConfig(dataset="spark", image_size=28, channels=1, spark={"input": folder})
+    started = time.perf_counter()
+    data, how = SparkData(config, seed=0).ready(app_name="bench")
+    ready = time.perf_counter() - started
+    ray.shutdown()
+    return {"images": len(data.train) + len(data.val), "ready_s": ready, "how": how}
+
+
+CONTESTANTS = ("tuner_parquet", "spark")
+
+
+def build(folder: Path, count: int) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from tuner.data.datasets import load_test_split
+
+    train = load_test_split("mnist", None, train=True, download=False)
+
+    def png(image: np.ndarray) -> bytes:
+        out = io.BytesIO()
+        Image.fromarray(image).save(out, format="PNG")
+        return out.getvalue()
+
+    folder.mkdir(parents=True)
+    images = [png(train.images[i, 0]) for i in range(count)]
+    pq.write_table(pa.table({"image": images, "label": train.labels[:count]}), folder / "train.parquet")
+
+
+def main() -> None:
+    from run import TreeMemory
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=60_000)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--cache", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        Path(args.out).write_text(json.dumps(globals()[args.child](args.folder, args.cache)))
+        return
+    work = Path(tempfile.mkdtemp(prefix="tuner-spark-bench-"))
+    folder = work / "mnist"
+    started = time.perf_counter()
+    build(folder, args.images)
+    print(f"{args.images} PNGs in Parquet at {folder} in {time.perf_counter() - started:.1f} s", flush=True)
+    results = {}
+    for name in CONTESTANTS:
+        out = work / f"{name}.json"
+        command = [sys.executable, __file__, "--child", name, "--folder", str(folder), "--cache", str(work / name)]
+        began = time.perf_counter()
+        process = subprocess.Popen([*command, "--out", str(out)], env={**os.environ, "RAY_ADDRESS": ""})
+        memory = TreeMemory(process.pid, interval=0.25)
+        code = process.wait()
+        memory.stop()
+        if code:
+            raise SystemExit(f"{name} failed (exit {code})")
+        result = json.loads(out.read_text())
+        result.update(wall_s=time.perf_counter() - began, peak_pss_mb=memory.peak_pss / 2**20)
+        results[name] = result
+        print(f"{name}: {json.dumps(result)}", flush=True)
+    base = results["tuner_parquet"]
+    print("\n| path | images | ready (s) | x tuner | wall (s) | peak PSS (MB) |\n|---|---|---|---|---|---|")
+    for name, result in results.items():
+        print(
+            f"| {name} | {result['images']:,} | {result['ready_s']:.1f} | {result['ready_s'] / base['ready_s']:.2f} | "
+            f"{result['wall_s']:.1f} | {result['peak_pss_mb']:,.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
