@@ -585,3 +585,26 @@ def png_bytes(array: Any) -> bytes:
     out = io.BytesIO()
     Image.fromarray(array).save(out, format="PNG")
     return out.getvalue()
+
+
+def write_mnist_parquet(folder: Path, train_rows: int, test_rows: int) -> Path:
+    """Real MNIST digits as one Parquet table, as examples/spark_mnist/make_parquet.py
+    writes it: ``image`` (PNG bytes), ``label`` (int64), ``split`` (train or test)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tuner.data.datasets import load_test_split
+
+    folder.mkdir(parents=True)
+    for split, count in (("train", train_rows), ("test", test_rows)):
+        data = load_test_split("mnist", str(data_root()), train=split == "train", download=False)
+        table = pa.table(
+            {
+                "image": [png_bytes(data.images[i, 0]) for i in range(count)],
+                "label": data.labels[:count].astype(np.int64),
+                "split": [split] * count,
+            }
+        )
+        pq.write_table(table, folder / f"{split}.parquet")
+    return folder

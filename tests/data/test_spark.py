@@ -6,16 +6,13 @@ must be one line and never a hang."""
 
 from __future__ import annotations
 
-import io
 import json
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
-from integration_helpers import data_root, small_sweep, tuner_cli
-from PIL import Image
+from integration_helpers import small_sweep, tuner_cli, write_mnist_parquet
 
 pytest.importorskip("raydp", reason="the spark extra (pip install 'tuner[spark]')")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -25,32 +22,7 @@ ROWS = 1500
 
 @pytest.fixture(scope="module")
 def parquet(tmp_path_factory) -> Path:
-    """MNIST digits as one Parquet table: PNG bytes, integer label, train/test split."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from tuner.data.datasets import load_test_split
-
-    train = load_test_split("mnist", str(data_root()), train=True, download=False)
-    test = load_test_split("mnist", str(data_root()), download=False)
-
-    def png(image: np.ndarray) -> bytes:
-        out = io.BytesIO()
-        Image.fromarray(image).save(out, format="PNG")
-        return out.getvalue()
-
-    folder = tmp_path_factory.mktemp("spark") / "mnist"
-    folder.mkdir()
-    for split, data, count in (("train", train, ROWS), ("test", test, 300)):
-        table = pa.table(
-            {
-                "image": [png(data.images[i, 0]) for i in range(count)],
-                "label": data.labels[:count].astype(np.int64),
-                "split": [split] * count,
-            }
-        )
-        pq.write_table(table, folder / f"{split}.parquet")
-    return folder
+    return write_mnist_parquet(tmp_path_factory.mktemp("spark") / "mnist", ROWS, 300)
 
 
 def _file(tmp_path: Path, name: str, spark: dict, **data) -> Path:
