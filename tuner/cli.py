@@ -361,7 +361,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     metrics = exported.metrics
     print(
         f"exported trial {metrics['trial_id']} at epoch {metrics['epoch']} ({args.format}) to {to}: "
-        f"{sweep.metric}={metrics[sweep.metric]:.4f}, {_test_score(metrics)}"
+        f"{sweep.metric}={metrics[sweep.metric]:.4f}, {_test_score(metrics, sweep)}"
     )
     return 0
 
@@ -465,7 +465,7 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bo
     best = paths.best
     print(
         f"\nbest trial {metrics['trial_id']} at epoch {metrics['epoch']}: "
-        f"{sweep.metric}={metrics[sweep.metric]:.4f}, {_test_score(metrics)}"
+        f"{sweep.metric}={metrics[sweep.metric]:.4f}, {_test_score(metrics, sweep)}"
     )
     hyper = yaml.safe_load((best / "config.yaml").read_text())["hyperparameters"]
     if hyper:  # nothing searched: no line
@@ -498,11 +498,13 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bo
     print(f"                python -m tuner status {where}")
 
 
-def _test_score(metrics: dict[str, Any]) -> str:
+def _test_score(metrics: dict[str, Any], sweep: Any) -> str:
     if "test_images" not in metrics:
         return "no test score (no model to score: predict needs a model.factory)"
     if metrics.get("test_accuracy") is None:
-        return "no test score (the data have no test split: add test/ beside train/)"
+        spark = sweep.uses_data and sweep.data.dataset == "spark"
+        where = "data.spark.test_fraction, or test rows in its split_column" if spark else "add test/ beside train/"
+        return f"no test score (the data have no test split: {where})"
     return f"test_accuracy={metrics['test_accuracy']:.4f} on {metrics['test_images']} test images"
 
 

@@ -10,6 +10,7 @@ import json
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from integration_helpers import small_sweep, tuner_cli, write_mnist_parquet
@@ -39,9 +40,12 @@ def _sweep(path: Path, cache: Path, timeout: float = 500):
 
 def test_a_spark_prepared_sweep_trains_exports_and_a_second_one_reads_the_cache(parquet, tmp_path):
     spark = {"input": str(parquet), "split_column": "split"}
-    done = _sweep(_file(tmp_path, "prepared", spark), tmp_path / "cache")
+    kept = {**spark, "session": {"keep": True}}  # the first: Spark left up, its executor's CPU not the trials'
+    done = _sweep(_file(tmp_path, "prepared", kept), tmp_path / "cache")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "prepared by Spark on Ray in" in done.stdout, done.stdout
+    assert "in memory (prepared by Spark on Ray in" in done.stdout, done.stdout
+    assert "Spark kept, 1 CPU(s) of its executors counted out of the trials'" in done.stdout, done.stdout
+    assert "  1 trial(s) at once" in done.stdout, done.stdout  # 2 CPUs, 1 held by Spark's executor
     metrics = json.loads((tmp_path / "runs" / "prepared" / "best" / "metrics.json").read_text())
     assert metrics["test_images"] == 300 and metrics["test_accuracy"] > 0.5, metrics  # Spark's test rows
     described = json.loads((tmp_path / "runs" / "prepared" / "data.json").read_text())["data"]
@@ -51,10 +55,14 @@ def test_a_spark_prepared_sweep_trains_exports_and_a_second_one_reads_the_cache(
     )
     again = _sweep(_file(tmp_path, "again", spark), tmp_path / "cache")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "from the cache" in again.stdout, again.stdout
+    assert "prepared by Spark earlier, kept; Spark stopped before the trials" in again.stdout, again.stdout
+    assert not (tmp_path / "runs" / "again" / "spark-data").exists()  # in tuner's cache, not the sweep's
 
 
-def test_a_users_function_prepares_the_frame_the_trials_get(parquet, tmp_path, monkeypatch):
+def test_a_users_function_prepares_the_frame_the_trials_stream(parquet, tmp_path, monkeypatch):
+    """A function's output is not cached (it may change unseen): the sweep keeps it in its
+    own folder, as Parquet the trials stream through Ray Data, and the export scores the
+    function's test rows from there."""
     code = tmp_path / "code"
     code.mkdir()
     (code / "evens.py").write_text(
@@ -64,12 +72,26 @@ def test_a_users_function_prepares_the_frame_the_trials_get(parquet, tmp_path, m
     )
     monkeypatch.chdir(code)
     spark = {"input": str(parquet), "split_column": "split", "function": "evens:only_evens"}
-    done = _sweep(_file(tmp_path, "evens", spark), tmp_path / "cache")
+    done = _sweep(_file(tmp_path, "evens", spark, streaming=True), tmp_path / "cache")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    histories = list((tmp_path / "runs" / "evens" / "history").glob("*.jsonl"))
-    assert histories
-    described = json.loads((tmp_path / "runs" / "evens" / "data.json").read_text())["data"]
-    assert described["num_classes"] == 9  # 0..8: the largest class left is 8
+    assert "streamed with Ray Data from Parquet (prepared by Spark on Ray in" in done.stdout, done.stdout
+    run = tmp_path / "runs" / "evens"
+    histories = [
+        json.loads(line) for path in (run / "history").glob("*.jsonl") for line in path.read_text().splitlines()
+    ]
+    assert histories and all(row["val_accuracy"] > 0.3 for row in histories if "val_accuracy" in row), histories
+    recorded = json.loads((run / "data.json").read_text())
+    assert recorded["held"] == "stream" and recorded["data"]["num_classes"] == 9  # 0..8: the largest left is 8
+    meta = json.loads((run / "spark-data" / "meta.json").read_text())
+    assert list((run / "spark-data" / "train").glob("*.parquet")) and not list((tmp_path / "cache").rglob("meta.json"))
+    evens = sum(
+        1
+        for label in pq.read_table(parquet, columns=["label", "split"]).to_pylist()
+        if label["split"] == "test" and label["label"] % 2 == 0
+    )
+    metrics = json.loads((run / "best" / "metrics.json").read_text())
+    assert meta["rows"]["test"] == evens and metrics["test_images"] == evens, (meta, metrics)
+    assert metrics["test_accuracy"] > 0.3, metrics
 
 
 @pytest.mark.parametrize(

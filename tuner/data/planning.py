@@ -18,8 +18,12 @@ def plan(config: Any, *, seed: int) -> TrainingData | OwnData | SparkData:
     return plan_data(config, seed=seed)
 
 
-def held_out(config: Any, *, seed: int) -> BuiltinData | OwnData | SparkData:
-    """What the export reads of a sweep's data (``describe``, ``test_chunks``, ``examples``)."""
+def held_out(config: Any, *, seed: int, folder: Any = None) -> BuiltinData | OwnData | SparkData:
+    """What the export reads of a sweep's data (``describe``, ``test_chunks``, ``examples``);
+    ``folder``: the sweep's (tuner.folder.store.SweepFolder), where Spark's preparation of a
+    URI input or a user's function is kept."""
     if config.dataset == "spark":
-        return SparkData(config, seed)
+        held = SparkData(config, seed)
+        held.keep_in(folder.spark_data if folder is not None else None)
+        return held
     return held_out_files(config, seed=seed)

@@ -469,15 +469,49 @@ def to_arrays(frame: Any, channels: int, size: int) -> tuple[Any, Any]:
     dataset = ray.data.from_spark(frame)
     images, labels = [], []
     for batch in dataset.iter_batches(batch_size=4096, batch_format="numpy"):
-        images.append(np.frombuffer(b"".join(batch["image"]), np.uint8).reshape(-1, channels, size, size))
+        images.append(_images(batch["image"], channels, size))
         labels.append(np.asarray(batch["label"], dtype=np.int64))
     if not images:
         return np.zeros((0, channels, size, size), np.uint8), np.zeros(0, np.int64)
     return np.concatenate(images), np.concatenate(labels)
 
 
-# --- the plan the driver holds, and the cache of prepared splits ---------------------------------
-SPARK_CACHE_FORMAT = 1
+def _images(column: Any, channels: int, size: int) -> Any:
+    """A column of raw pixel bytes (``prepare``'s ``image``) as uint8 ``[N, C, H, W]``."""
+    import numpy as np
+
+    return np.frombuffer(b"".join(column), np.uint8).reshape(-1, channels, size, size)
+
+
+def to_parquet(frame: Any, folder: Any) -> int:
+    """A prepared split through Ray Data (RayDP's ``from_spark``) into Parquet files of raw
+    pixel bytes and labels under ``folder``, for the trials to stream; its row count."""
+    import ray.data
+
+    dataset = ray.data.from_spark(frame)
+    dataset.write_parquet(str(folder))
+    return dataset.count()
+
+
+def _decoded(batch: dict[str, Any], channels: int, size: int) -> dict[str, Any]:
+    import numpy as np
+
+    return {"image": _images(batch["image"], channels, size), "label": np.asarray(batch["label"], dtype=np.int64)}
+
+
+def stream_split(folder: Any, channels: int, size: int, *, shuffle: bool) -> Any:
+    """A Ray Data pipeline over a split ``to_parquet`` wrote: read as it is used, in a new
+    file order each epoch when ``shuffle``; columns ``image`` (uint8 ``[C, H, W]``) and ``label``."""
+    import ray.data
+
+    dataset = ray.data.read_parquet(str(folder))
+    if shuffle:
+        dataset = dataset.randomize_block_order()
+    return dataset.map_batches(_decoded, fn_kwargs={"channels": channels, "size": size}, batch_format="numpy")
+
+
+# --- the plan the driver holds, and the prepared splits kept -------------------------------------
+SPARK_CACHE_FORMAT = 2  # 2: a prepared set is held in memory (.npy) or streamed (Parquet), meta.json says
 
 
 def input_identity(path: str) -> list[Any] | None:
@@ -497,14 +531,16 @@ def input_identity(path: str) -> list[Any] | None:
 
 
 def cache_folder(data: Any, seed: int) -> Any:
-    """Where the prepared splits of this input and preparation are kept; None when not cached."""
+    """Where the prepared splits of this input and preparation are kept for every sweep;
+    None when they cannot be (a URI, a glob or a user's function: what they give may
+    change unseen), and the sweep keeps them in its own folder instead."""
     import hashlib
     import json
 
     from tuner.data.sources import cache_dir
 
     identity = input_identity(data.spark.input)
-    if identity is None or data.spark.function:  # a function's output may change without its input
+    if identity is None or data.spark.function:
         return None
     key = {
         "format": SPARK_CACHE_FORMAT,
@@ -519,32 +555,37 @@ def cache_folder(data: Any, seed: int) -> Any:
     return cache_dir() / "spark" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def save_prepared(folder: Any, arrays: dict[str, tuple[Any, Any]], meta: dict[str, Any]) -> None:
-    """The prepared splits, for the export's test score and the next sweep on this input;
-    written whole or not at all (no room: the sweep goes on without it)."""
+def save_prepared(folder: Any, write: Any, meta: dict[str, Any]) -> dict[str, Any]:
+    """``write(partial)`` fills a new folder, which then becomes ``folder`` whole (never half
+    written). One holding the other form (memory or stream) is replaced; one another sweep
+    wrote meanwhile in the same form is kept. What ``write`` returned goes into meta.json."""
     import json
 
-    import numpy as np
-
-    if folder is None:
-        return
     partial = folder.with_name(f".{folder.name}.partial.{os.getpid()}")
     try:
         partial.mkdir(parents=True, exist_ok=True)
-        for split, (images, labels) in arrays.items():
-            np.save(partial / f"{split}_images.npy", images)
-            np.save(partial / f"{split}_labels.npy", labels)
+        meta = {**meta, **(write(partial) or {})}
         (partial / "meta.json").write_text(json.dumps(meta) + "\n")
-        if folder.exists():  # another sweep wrote the same preparation meanwhile
+        earlier = load_prepared(folder)
+        if earlier is not None and earlier[1]["held"] == meta["held"]:
             shutil.rmtree(partial, ignore_errors=True)
+            return earlier[1]
+        if folder.exists():  # ours (a cache entry, or this sweep's own copy), the other form
+            old = folder.with_name(f".{folder.name}.old.{os.getpid()}")
+            os.replace(folder, old)
+            os.replace(partial, folder)
+            shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(partial, folder)
-    except OSError:
+    except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return meta
 
 
-def load_prepared(folder: Any) -> tuple[dict[str, tuple[Any, Any]], dict[str, Any]] | None:
-    """What ``save_prepared`` kept (images memory-mapped), or None."""
+def load_prepared(folder: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """What ``save_prepared`` kept, or None: ``{split: (images, labels)}`` (images
+    memory-mapped) when held in memory, ``{split: Parquet folder}`` when streamed."""
     import json
 
     import numpy as np
@@ -553,6 +594,11 @@ def load_prepared(folder: Any) -> tuple[dict[str, tuple[Any, Any]], dict[str, An
         return None
     try:
         meta = json.loads((folder / "meta.json").read_text())
+        if meta.get("held") == "stream":
+            splits = {split: folder / split for split in meta["splits"] if (folder / split).is_dir()}
+            if len(splits) != len(meta["splits"]):
+                return None
+            return splits, meta
         arrays = {
             split: (np.load(folder / f"{split}_images.npy", mmap_mode="r"), np.load(folder / f"{split}_labels.npy"))
             for split in meta["splits"]
@@ -565,16 +611,19 @@ def load_prepared(folder: Any) -> tuple[dict[str, tuple[Any, Any]], dict[str, An
 class SparkData:
     """``data.dataset: spark`` planned before Ray starts (the environment checked), prepared
     by ``ready`` once Ray runs: Spark started, the splits prepared and handed over, Spark
-    stopped. A second sweep on the same local input and settings reads the cache instead."""
+    stopped (or kept, ``session.keep``). The prepared splits are kept: in tuner's cache for
+    a local input (a second sweep on it skips Spark), else in the sweep's own folder
+    (``own``), for the export's test score and a resume."""
 
-    def __init__(self, config: Any, seed: int) -> None:
+    def __init__(self, config: Any, seed: int, own: Any = None) -> None:
         self.config, self.seed = config, seed
         self.channels, self.size = config.channels, config.image_size
         self.record: dict | None = None
         self.java = 0
+        self.kept_cpus = 0  # a kept session's executors' CPUs, counted out of the trials'
         self.cache = cache_folder(config, seed)
-        self.cached = load_prepared(self.cache) is not None
-        if not self.cached:
+        self.folder = self.cache or own
+        if load_prepared(self.folder) is None:
             self.java = check_environment()
             if config.spark.function:
                 function_of(config.spark.function)
@@ -582,59 +631,131 @@ class SparkData:
             if identity is not None and not identity:
                 raise TunerError(f"data.spark.input: {config.spark.input!r} does not exist or holds no file")
 
+    def keep_in(self, own: Any) -> None:
+        """The sweep's own folder for what the cache cannot keep (None: a sweep folder at a URI)."""
+        self.folder = self.cache or own
+
     @property
     def num_classes(self) -> int | None:
-        """Known once prepared (or from the cache)."""
-        kept = load_prepared(self.cache)
+        """Known once prepared (or from what an earlier sweep kept)."""
+        kept = load_prepared(self.folder)
         return len(kept[1]["classes"]) if kept else None
 
-    def ready(self, *, app_name: str, verbose: bool = False) -> tuple[Any, str]:
+    def _streams(self, rows: int, object_store_bytes: float, stream: bool | None) -> bool:
+        if stream is not None:
+            return stream
+        if self.config.streaming != "auto":
+            return bool(self.config.streaming)
+        return rows * self.channels * self.size**2 > self.config.object_store_share * object_store_bytes
 
-        from tuner.data.datasets import Split, TrainingData
-
+    def ready(
+        self, *, app_name: str, object_store_bytes: float, stream: bool | None = None, verbose: bool = False
+    ) -> tuple[Any, str]:
+        """The data the trials read, and how it came: prepared by Spark now, or kept from
+        before. In memory when it fits ``data.object_store_share`` of the object store,
+        else streamed with Ray Data from Parquet (``stream`` decides instead where given:
+        a resumed sweep keeps its first run's way)."""
         started = time.perf_counter()
-        kept = load_prepared(self.cache)
+        kept = load_prepared(self.folder)
+        wanted = stream if stream is not None else None if self.config.streaming == "auto" else self.config.streaming
+        if kept is not None and wanted is not None and (kept[1]["held"] == "stream") != bool(wanted):
+            kept = None  # the other form: prepared again
         if kept is None:
-            log = None if verbose else os.path.join(tempfile.gettempdir(), f"tuner-spark-{os.getpid()}.log")
-            with session(self.config.spark, app_name, self.java, log) as spark:
-                prepared = prepare(spark, self.config.spark, self.config, self.seed)
-                splits = prepared["splits"]
-                channels, size = self.channels, self.size
-                try:
-                    stats = (
-                        channel_statistics(splits["train"], channels, size)
-                        if self.config.spark.standardise
-                        else (
-                            (0.0,) * channels,
-                            (1.0,) * channels,
-                        )
-                    )
-                    arrays = {name: to_arrays(frame, channels, size) for name, frame in splits.items()}
-                except TunerError:
-                    raise
-                except Exception as error:  # noqa: BLE001 - a task that failed in an executor
-                    raise TunerError(f"data.spark: preparing the data failed: {_spark_reason(error)}") from None
-            meta = {"splits": list(arrays), "classes": prepared["classes"], "mean": stats[0], "std": stats[1]}
-            save_prepared(self.cache, arrays, meta)
+            splits, meta = self._prepare(app_name, object_store_bytes, wanted, verbose)
             how = f"prepared by Spark on Ray in {time.perf_counter() - started:.1f} s"
         else:
-            arrays, meta = kept
-            how = "prepared by Spark earlier, from the cache"
-        if not len(arrays["train"][1]) or "val" not in arrays or not len(arrays["val"][1]):
+            splits, meta = kept
+            how = "prepared by Spark earlier, kept"
+        if not meta["rows"].get("train") or not meta["rows"].get("val"):
             raise TunerError("data.spark: the training or validation split is empty; see data.val_fraction")
-        data = TrainingData(
-            dataset="spark",
-            train=Split(*arrays["train"]),
-            val=Split(*arrays["val"]),
-            mean=tuple(meta["mean"]),
-            std=tuple(meta["std"]),
-            num_classes=len(meta["classes"]),
-            channels=self.channels,
-            size=self.size,
-            classes=tuple(meta["classes"]),
+        self.record = {"data": self.describe(meta), "held": meta["held"]}
+        return self._data(splits, meta), how
+
+    def _prepare(
+        self, app_name: str, object_store_bytes: float, stream: bool | None, verbose: bool
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        if self.folder is None:
+            stream = False  # a URI input and a sweep folder at a URI: nowhere to stream from, nothing kept
+        log = None if verbose else os.path.join(tempfile.gettempdir(), f"tuner-spark-{os.getpid()}.log")
+        spec = self.config.spark.session
+        with contextlib.ExitStack() as stack:
+            spark = stack.enter_context(session(self.config.spark, app_name, self.java, log))
+            prepared = prepare(spark, self.config.spark, self.config, self.seed)
+            try:
+                kept = self._hand_over(prepared, object_store_bytes, stream)
+            except TunerError:
+                raise
+            except Exception as error:  # noqa: BLE001 - a task that failed in an executor
+                raise TunerError(f"data.spark: preparing the data failed: {_spark_reason(error)}") from None
+            if spec.keep:  # left running (RayDP stops it when the driver exits), its CPUs counted
+                stack.pop_all()
+                self.kept_cpus = spec.executors * spec.executor_cores
+        return kept
+
+    def _hand_over(
+        self, prepared: dict[str, Any], object_store_bytes: float, stream: bool | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Statistics fitted, then each split through Ray Data: into memory, or into Parquet
+        the trials stream; kept (the folder written whole) where there is a folder."""
+        import numpy as np
+
+        frames, channels, size = prepared["splits"], self.channels, self.size
+        stats = (
+            channel_statistics(frames["train"], channels, size)
+            if self.config.spark.standardise
+            else ((0.0,) * channels, (1.0,) * channels)
         )
-        self.record = {"data": self.describe(meta), "held": "memory"}
-        return data, how
+        meta = {"classes": prepared["classes"], "mean": stats[0], "std": stats[1], "splits": list(frames)}
+        if self._streams(frames["train"].count() + frames["val"].count(), object_store_bytes, stream):
+
+            def write_parquet(partial: Any) -> dict[str, Any]:
+                return {"rows": {name: to_parquet(frame, partial / name) for name, frame in frames.items()}}
+
+            try:
+                meta = save_prepared(self.folder, write_parquet, {**meta, "held": "stream"})
+            except OSError as error:
+                raise TunerError(
+                    f"{self.folder}: the prepared data could not be written for streaming "
+                    f"({error.strerror or error}); free space there, or set data.streaming: false"
+                ) from None
+            kept = load_prepared(self.folder)
+            if kept is None:
+                raise TunerError(f"{self.folder}: the prepared data were written but cannot be read back")
+            return kept
+        arrays = {name: to_arrays(frame, channels, size) for name, frame in frames.items()}
+        meta.update(held="memory", rows={name: len(labels) for name, (_, labels) in arrays.items()})
+
+        def write_arrays(partial: Any) -> None:
+            for name, (images, labels) in arrays.items():
+                np.save(partial / f"{name}_images.npy", images)
+                np.save(partial / f"{name}_labels.npy", labels)
+
+        if self.folder is not None:
+            with contextlib.suppress(OSError):  # no room: the sweep goes on, nothing kept
+                save_prepared(self.folder, write_arrays, meta)
+        return arrays, meta
+
+    def _data(self, splits: dict[str, Any], meta: dict[str, Any]) -> Any:
+        from tuner.data.datasets import Split, StreamedSplit, StreamingData, TrainingData
+
+        common = {
+            "dataset": "spark",
+            "mean": tuple(meta["mean"]),
+            "std": tuple(meta["std"]),
+            "num_classes": len(meta["classes"]),
+            "channels": self.channels,
+            "size": self.size,
+            "classes": tuple(meta["classes"]),
+        }
+        if meta["held"] == "stream":
+            train, val = (
+                StreamedSplit(
+                    stream_split(splits[name], self.channels, self.size, shuffle=name == "train"), meta["rows"][name]
+                )
+                for name in ("train", "val")
+            )
+            return StreamingData(train=train, val=val, **common)
+        return TrainingData(train=Split(*splits["train"]), val=Split(*splits["val"]), **common)
 
     def describe(self, meta: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -647,19 +768,38 @@ class SparkData:
             "classes": list(meta["classes"]),
         }
 
-    def test_chunks(self) -> Iterator[tuple[Any, Any]]:
-        """The prepared test split (from the cache), if the preparation had one."""
-        kept = load_prepared(self.cache)
-        if kept and "test" in kept[0]:
-            images, labels = kept[0]["test"]
-            count = self.config.test_subset
+    def _rows(self, split: str, count: int | None) -> Iterator[tuple[Any, Any]]:
+        """A kept split in chunks of uint8 images and labels, at most ``count`` rows."""
+        import numpy as np
+
+        kept = load_prepared(self.folder)
+        if kept is None or split not in kept[0]:
+            return
+        if kept[1]["held"] != "stream":
+            images, labels = kept[0][split]
             yield images[:count], labels[:count]
+            return
+        import pyarrow.parquet as pq
+
+        left = count if count is not None else float("inf")
+        for path in sorted(kept[0][split].glob("*.parquet")):
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=2048, columns=["image", "label"]):
+                if left <= 0:
+                    return
+                images = _images(
+                    batch.column("image").to_pylist()[: int(min(left, batch.num_rows))], self.channels, self.size
+                )
+                yield images, np.asarray(batch.column("label").to_pylist()[: len(images)], dtype=np.int64)
+                left -= len(images)
+
+    def test_chunks(self) -> Iterator[tuple[Any, Any]]:
+        """The prepared test split, if the preparation had one (none: no test score)."""
+        yield from self._rows("test", self.config.test_subset)
 
     def examples(self, count: int = 2) -> Any:
         import numpy as np
 
-        kept = load_prepared(self.cache)
-        if not kept:
-            return np.zeros((0, self.channels, self.size, self.size), np.uint8)
-        split = "test" if "test" in kept[0] else "val"
-        return np.asarray(kept[0][split][0][:count])
+        kept = load_prepared(self.folder)
+        split = "test" if kept and "test" in kept[0] else "val"
+        chunks = [images for images, _ in self._rows(split, count)]
+        return np.concatenate(chunks) if chunks else np.zeros((0, self.channels, self.size, self.size), np.uint8)

@@ -10,7 +10,7 @@ from typing import Any
 
 from tuner.data.datasets import TrainingData
 from tuner.errors import ConfigError, TunerError
-from tuner.folder import records
+from tuner.folder import records, store
 from tuner.folder.store import SweepFolder
 from tuner.spec.config import SweepConfig
 
@@ -44,19 +44,26 @@ def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: boo
     from tuner.data.datasets import OwnData
     from tuner.data.spark import SparkData
 
-    if isinstance(planned, SparkData):
-        from tuner.data import sources
-
-        sources.quiet_ray_data(verbose)
-        data, how = planned.ready(app_name=f"tuner-{sweep.name}", verbose=verbose)
-        return data, f"in memory ({how}; Spark stopped before the trials)"
-    if not isinstance(planned, OwnData):
+    if not isinstance(planned, OwnData | SparkData):
         return planned, "in memory"
     from tuner.data import sources
 
     sources.quiet_ray_data(verbose)
     earlier = records.read_data_description(paths) if resume else None
     store_bytes = smallest_object_store()
+    if isinstance(planned, SparkData):
+        planned.keep_in(store.current(paths).spark_data)
+        held = None if earlier is None else earlier.get("held") == "stream"
+        data, how = planned.ready(
+            app_name=f"tuner-{sweep.name}", object_store_bytes=store_bytes, stream=held, verbose=verbose
+        )
+        spark = (
+            f"Spark kept, {planned.kept_cpus} CPU(s) of its executors counted out of the trials'"
+            if planned.kept_cpus
+            else "Spark stopped before the trials"
+        )
+        way = "in memory" if isinstance(data, TrainingData) else "streamed with Ray Data from Parquet"
+        return data, f"{way} ({how}; {spark})"
     size = f"{planned.decoded_bytes / 2**20:,.0f} MiB decoded"
     share = f"{sweep.data.object_store_share:g} of the {store_bytes / 2**20:,.0f} MiB object store"
     started = time.perf_counter()

@@ -33,7 +33,7 @@ def stream_cpus(cluster: dict[str, float]) -> int:
 
 def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bool, data_cpus: int = 0) -> int:
     """How many trials fit at once: the cluster's CPUs (less ``data_cpus`` kept for a
-    streaming pipeline) and GPUs over one trial's need."""
+    streaming pipeline or held by a kept Spark session) and GPUs over one trial's need."""
     scaling = sweep.scaling
     need_cpu = scaling.workers * scaling.cpus_per_worker
     slots = math.floor((cluster.get("CPU", 0) - data_cpus) / need_cpu + 1e-9)
@@ -50,7 +50,7 @@ def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bo
         raise TunerError(
             f"one trial needs {need_cpu:g} CPUs (scaling.workers x scaling.cpus_per_worker), "
             f"but the Ray cluster has {cluster.get('CPU', 0):g}"
-            + (f" ({data_cpus} kept free for streaming the data)" if data_cpus else "")
+            + (f" ({data_cpus} kept free for the data: streaming, or a kept Spark session)" if data_cpus else "")
             + "; lower scaling.workers or cpus_per_worker"
         )
     return min(slots, sweep.trials.max_concurrent or slots)

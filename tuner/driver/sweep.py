@@ -256,7 +256,8 @@ def _run(
             f"concurrent trials that streaming needs ({data_cpus} CPU(s) kept free for Ray Data) would starve; "
             "use asha, median, pbt or fifo, or data.streaming: false"
         )
-    slots = concurrent_trials(sweep, cluster, use_gpu, data_cpus=data_cpus)
+    spark_cpus = getattr(planned, "kept_cpus", 0)  # a kept Spark session's executors hold these
+    slots = concurrent_trials(sweep, cluster, use_gpu, data_cpus=data_cpus + spark_cpus)
     if data_cpus:
         held += f"; {data_cpus} CPU(s) kept free of trials for its tasks"
     # A reader gone away (``| head``) does not stop the sweep: show() goes quiet instead.

@@ -184,6 +184,12 @@ class SweepFolder:
     def data_description(self) -> Path:
         return self.root / DATA_FILE
 
+    @property
+    def spark_data(self) -> Path | None:
+        """Spark's prepared splits when tuner's cache cannot keep them (a URI input, a user's
+        function): the export's test split and a resume read them. None at a storage URI."""
+        return None if self.remote else self.root / "spark-data"
+
 
 # --- writes -----------------------------------------------------------------------------
 def umask() -> int:

@@ -198,7 +198,7 @@ def export_best(
     train, model_options = resolve_hyperparameters(setup, sampled)
     model_name = model_of(setup, sampled)  # a choice of models: the best trial's
     try:
-        held = held_out(sweep.data, seed=sweep.seed)  # listed once: a Parquet source reads its files
+        held = held_out(sweep.data, seed=sweep.seed, folder=paths)  # listed once: a Parquet source reads its files
     except ConfigError as error:  # data.path gone since: name the sweep.yaml line, as a sweep does
         raise sweep.locate(error) from None
     recorded = records.read_data_description(paths)  # a user's own data as the sweep saw them

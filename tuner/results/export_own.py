@@ -102,7 +102,7 @@ def _export_model(sweep, paths, folder: Path, config, metrics, sampled, *, to: P
     function = names.load(sweep.model.factory, code, field="model.factory")
     taken = names.accepted_keywords(function, [k for k in sampled if k not in DATA_KEYWORDS])
     options = {**sweep.model.model_dump(exclude={"name"}), **{k: sampled[k] for k in taken}}
-    held = held_out(sweep.data, seed=sweep.seed) if sweep.uses_data else None
+    held = held_out(sweep.data, seed=sweep.seed, folder=paths) if sweep.uses_data else None
     recorded = records.read_data_description(paths)
     described = recorded["data"] if recorded else held.describe() if held is not None else None
     shape = described or {"channels": 3, "num_classes": 0, "size": 0}

@@ -85,6 +85,7 @@ class SparkSessionConfig(Strict):
     executor_memory: str = Field("1g", pattern=r"^[0-9]+[kmgtKMGT]?[bB]?$")  # as Spark writes it: 512m, 2g
     configs: dict[str, str] = Field(default_factory=dict)  # more Spark configs, e.g. spark.sql.shuffle.partitions
     start_timeout_s: float = Field(180.0, gt=0, le=3600)  # Spark not up by then: one line, nothing left
+    keep: bool = False  # true: left running through the sweep, its executors' CPUs counted out of the trials'
 
 
 class SparkConfig(Strict):
