@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # (downloaded by torchvision on first use).
 export TUNER_DATA_DIR ?= $(if $(wildcard ../shared/data/MNIST/raw),$(abspath ../shared/data),$(abspath data))
 
-.PHONY: sweep test lint clean
+.PHONY: sweep spark test lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,12 @@ $(VENV)/.installed: pyproject.toml
 
 sweep: $(VENV)/.installed  ## the default sweep: MNIST, ASHA, local Ray, MLflow in runs/mlflow.db; a second run goes to runs/mnist_asha-2
 	$(PY) -m tuner sweep mnist_asha.yaml
+
+spark: $(VENV)/.installed  ## the Spark pipeline (Java 17 needed): MNIST as Parquet, prepared by Spark on Ray, tuned by ASHA, predictions.csv
+	test -d data/mnist_parquet || $(PY) examples/spark_mnist/make_parquet.py data/mnist_parquet
+	$(PY) -m tuner sweep mnist_spark_asha.yaml
+	run=$$(ls -dv runs/mnist_spark_asha runs/mnist_spark_asha-[0-9]* 2>/dev/null | tail -1) && \
+		$(PY) -m tuner predict $$run/best --data mnist:test --out $$run/predictions.csv
 
 test: $(VENV)/.installed  ## unit tests, then integration tests on a real local Ray
 	$(PY) -m pytest

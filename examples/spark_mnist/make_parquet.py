@@ -4,7 +4,8 @@
     python examples/spark_mnist/make_parquet.py data/mnist_parquet [--data-root DIR]
 
 The IDX files are read from ``--data-root`` (default: $TUNER_DATA_DIR, else ./data), as
-a sweep on ``dataset: mnist`` reads them. A folder that already holds files is refused.
+a sweep on ``dataset: mnist`` reads them (downloaded there by torchvision when missing).
+A folder that already holds files is refused.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def main() -> int:
     partial = args.out.with_name(f".{args.out.name}.partial")
     partial.mkdir(parents=True, exist_ok=True)
     for split in ("train", "test"):
-        data = load_test_split("mnist", args.data_root, train=split == "train", download=False)
+        data = load_test_split("mnist", args.data_root, train=split == "train", download=True)
         for begin in range(0, len(data.labels), ROWS_PER_FILE):
             rows = range(begin, min(begin + ROWS_PER_FILE, len(data.labels)))
             table = pa.table(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from integration_helpers import small_sweep, tuner_cli, write_mnist_parquet
+from integration_helpers import data_root, small_sweep, tuner_cli, write_mnist_parquet
 
 pytest.importorskip("raydp", reason="the spark extra (pip install 'tuner[spark]')")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -34,29 +34,50 @@ def _file(tmp_path: Path, name: str, spark: dict, **data) -> Path:
     return path
 
 
+def _cli(*args: str, cache: Path, timeout: float = 500):
+    env = {"TUNER_CACHE_DIR": str(cache), "RAY_ADDRESS": "", "TUNER_DATA_DIR": str(data_root())}
+    return tuner_cli(*args, timeout=timeout, env=env)
+
+
 def _sweep(path: Path, cache: Path, timeout: float = 500):
-    return tuner_cli("sweep", str(path), timeout=timeout, env={"TUNER_CACHE_DIR": str(cache), "RAY_ADDRESS": ""})
+    return _cli("sweep", str(path), cache=cache, timeout=timeout)
 
 
-def test_a_spark_prepared_sweep_trains_exports_and_a_second_one_reads_the_cache(parquet, tmp_path):
-    spark = {"input": str(parquet), "split_column": "split"}
-    kept = {**spark, "session": {"keep": True}}  # the first: Spark left up, its executor's CPU not the trials'
-    done = _sweep(_file(tmp_path, "prepared", kept), tmp_path / "cache")
+def test_the_shipped_experiment_runs_twice_and_predict_writes_the_csv(parquet, tmp_path):
+    """experiments/mnist_spark_asha.yaml as the README's ``make spark`` runs it (``--smoke``
+    sizes): the first sweep with Spark kept up (its executor's CPU counted out of the
+    trials'), a second from what the first prepared, then ``tuner predict`` writing the CSV."""
+    cache = tmp_path / "cache"
+    overrides = ["--smoke", "--set", f"data.spark.input={parquet}", "--set", f"output_dir={tmp_path / 'runs'}"]
+    done = _cli("sweep", "mnist_spark_asha", *overrides, "--set", "data.spark.session.keep=true", cache=cache)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "in memory (prepared by Spark on Ray in" in done.stdout, done.stdout
     assert "Spark kept, 1 CPU(s) of its executors counted out of the trials'" in done.stdout, done.stdout
     assert "  1 trial(s) at once" in done.stdout, done.stdout  # 2 CPUs, 1 held by Spark's executor
-    metrics = json.loads((tmp_path / "runs" / "prepared" / "best" / "metrics.json").read_text())
+    run = tmp_path / "runs" / "mnist_spark_asha"
+    metrics = json.loads((run / "best" / "metrics.json").read_text())
     assert metrics["test_images"] == 300 and metrics["test_accuracy"] > 0.5, metrics  # Spark's test rows
-    described = json.loads((tmp_path / "runs" / "prepared" / "data.json").read_text())["data"]
+    described = json.loads((run / "data.json").read_text())["data"]
     # statistics fitted on the training split: MNIST's digits, about 0.13 and 0.31
     assert described["mean"][0] == pytest.approx(0.13, abs=0.02) and described["std"][0] == pytest.approx(
         0.31, abs=0.02
     )
-    again = _sweep(_file(tmp_path, "again", spark), tmp_path / "cache")
+    again = _cli("sweep", "mnist_spark_asha", *overrides, cache=cache)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "prepared by Spark earlier, kept; Spark stopped before the trials" in again.stdout, again.stdout
-    assert not (tmp_path / "runs" / "again" / "spark-data").exists()  # in tuner's cache, not the sweep's
+    second = tmp_path / "runs" / "mnist_spark_asha-2"
+    assert not (second / "spark-data").exists()  # in tuner's cache, not the sweep's
+    assert json.loads((second / "best" / "metrics.json").read_text())["test_images"] == 300
+    csv = second / "predictions.csv"
+    predicted = _cli("predict", str(second / "best"), "--data", "mnist:test", "--out", str(csv), cache=cache)
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    rows = csv.read_text().splitlines()
+    assert len(rows) == 10_001, rows[:3]  # a header and MNIST's 10,000 test digits
+    header = rows[0].split(",")
+    correct = sum(
+        row.split(",")[header.index("predicted")] == row.split(",")[header.index("label")] for row in rows[1:]
+    )
+    assert correct / 10_000 > 0.5, rows[:3]
 
 
 def test_a_users_function_prepares_the_frame_the_trials_stream(parquet, tmp_path, monkeypatch):
@@ -101,8 +122,8 @@ def test_a_users_function_prepares_the_frame_the_trials_stream(parquet, tmp_path
         ("no label", {"function": "broken:nolabel"}, "data.spark.label_column: no column 'label'"),
         (
             "never placed",
-            {"session": {"executor_memory": "200g", "start_timeout_s": 20}},
-            "data.spark.session.start_timeout_s: Spark was not up after 20 s",
+            {"session": {"executor_memory": "200g", "start_timeout_s": 10}},
+            "data.spark.session.start_timeout_s: Spark was not up after 10 s",
         ),
     ],
 )

@@ -373,7 +373,9 @@ def prepare(spark: Any, config: Any, data: Any, seed: int) -> dict[str, Any]:
         index.alias("label"),
         *([split.alias("_split")] if split is not None else []),
     )
-    splits = _split(prepared, config, data, seed)
+    # Decoded once: the statistics, the row count and each split's hand-over read it again
+    # (kept in the executors' memory, spilled to their disk when it does not fit).
+    splits = _split(prepared.persist(), config, data, seed)
     if data.train_subset is not None:
         splits["train"] = splits["train"].orderBy(F.rand(seed)).limit(data.train_subset)
     return {"splits": splits, "classes": classes}
@@ -641,13 +643,6 @@ class SparkData:
         kept = load_prepared(self.folder)
         return len(kept[1]["classes"]) if kept else None
 
-    def _streams(self, rows: int, object_store_bytes: float, stream: bool | None) -> bool:
-        if stream is not None:
-            return stream
-        if self.config.streaming != "auto":
-            return bool(self.config.streaming)
-        return rows * self.channels * self.size**2 > self.config.object_store_share * object_store_bytes
-
     def ready(
         self, *, app_name: str, object_store_bytes: float, stream: bool | None = None, verbose: bool = False
     ) -> tuple[Any, str]:
@@ -706,7 +701,12 @@ class SparkData:
             else ((0.0,) * channels, (1.0,) * channels)
         )
         meta = {"classes": prepared["classes"], "mean": stats[0], "std": stats[1], "splits": list(frames)}
-        if self._streams(frames["train"].count() + frames["val"].count(), object_store_bytes, stream):
+        if stream is None and self.config.streaming != "auto":
+            stream = bool(self.config.streaming)
+        if stream is None:  # auto: streamed when the decoded set is larger than its share of the store
+            rows = frames["train"].count() + frames["val"].count()
+            stream = rows * channels * size**2 > self.config.object_store_share * object_store_bytes
+        if stream:
 
             def write_parquet(partial: Any) -> dict[str, Any]:
                 return {"rows": {name: to_parquet(frame, partial / name) for name, frame in frames.items()}}
