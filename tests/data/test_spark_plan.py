@@ -133,3 +133,106 @@ def test_the_input_format_comes_from_its_name_unless_given():
     assert spark.input_format(Config("a/b.jsonl")) == "json"
     assert spark.input_format(Config("s3://bucket/table/")) == "parquet"
     assert spark.input_format(Config("a/pictures", "images")) == "images"
+
+
+# --- what a preparation keeps (no Spark: the folder's two forms, written by hand) ----------------
+def _digits(count: int, seed: int = 0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (count, 1, 4, 4), dtype=np.uint8), rng.integers(0, 3, count).astype(np.int64)
+
+
+def _memory_writer(arrays):
+    import numpy as np
+
+    def write(partial):
+        for name, (images, labels) in arrays.items():
+            np.save(partial / f"{name}_images.npy", images)
+            np.save(partial / f"{name}_labels.npy", labels)
+
+    return write
+
+
+def _stream_writer(arrays):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def write(partial):
+        for name, (images, labels) in arrays.items():
+            (partial / name).mkdir()
+            for part, begin in enumerate(range(0, len(labels), 4)):  # several files, as Ray Data writes
+                rows = slice(begin, begin + 4)
+                table = pa.table({"image": [i.tobytes() for i in images[rows]], "label": labels[rows]})
+                pq.write_table(table, partial / name / f"{part}.parquet")
+        return {"rows": {name: len(labels) for name, (_, labels) in arrays.items()}}
+
+    return write
+
+
+META = {"classes": ["0", "1", "2"], "mean": [0.5], "std": [0.2], "splits": ["train", "val", "test"]}
+
+
+def _held_out(tmp_path: Path, folder: Path):
+    data = "dataset: spark\nimage_size: 8\nchannels: 1\nspark: {input: 's3://b/t', function: 'p:f'}\n"
+    sweep = load_sweep(str(_sweep(tmp_path, data)), import_code=False)
+    held = object.__new__(spark.SparkData)  # as the export makes it, without the environment check
+    held.config, held.channels, held.size, held.cache = sweep.data, 1, 4, None
+    held.keep_in(folder)
+    return held
+
+
+def test_a_streamed_preparation_is_read_back_in_chunks_for_the_tests_score(tmp_path):
+    import numpy as np
+
+    arrays = {name: _digits(n, i) for i, (name, n) in enumerate((("train", 10), ("val", 3), ("test", 9)))}
+    folder = tmp_path / "spark-data"
+    meta = spark.save_prepared(folder, _stream_writer(arrays), {**META, "held": "stream"})
+    assert meta["rows"] == {"train": 10, "val": 3, "test": 9}
+    splits, kept = spark.load_prepared(folder)
+    assert kept["held"] == "stream" and set(splits) == {"train", "val", "test"}
+    chunks = list(_held_out(tmp_path, folder).test_chunks())
+    assert np.array_equal(np.concatenate([c[0] for c in chunks]), arrays["test"][0])
+    assert np.array_equal(np.concatenate([c[1] for c in chunks]), arrays["test"][1])
+    assert np.array_equal(_held_out(tmp_path, folder).examples(2), arrays["test"][0][:2])
+
+
+def test_test_subset_cuts_a_streamed_test_split_across_its_files(tmp_path):
+    arrays = {name: _digits(n, i) for i, (name, n) in enumerate((("train", 10), ("val", 3), ("test", 9)))}
+    folder = tmp_path / "spark-data"
+    spark.save_prepared(folder, _stream_writer(arrays), {**META, "held": "stream"})
+    # a sweep file asks for 100 or more; a few here, set past the validation
+    held = _held_out(tmp_path, folder)
+    held.config = held.config.model_copy(update={"test_subset": 6})
+    assert sum(len(labels) for _, labels in held.test_chunks()) == 6
+
+
+def test_a_preparation_in_the_other_form_is_replaced_whole_and_one_in_the_same_form_is_kept(tmp_path):
+    import numpy as np
+
+    first, second = {"train": _digits(5, 1), "val": _digits(2, 2)}, {"train": _digits(5, 3), "val": _digits(2, 4)}
+    meta = {**META, "splits": ["train", "val"]}
+    folder = tmp_path / "kept"
+    spark.save_prepared(folder, _memory_writer(first), {**meta, "held": "memory"})
+    # another sweep wrote the same preparation meanwhile: the first one stays
+    spark.save_prepared(folder, _memory_writer(second), {**meta, "held": "memory"})
+    assert np.array_equal(spark.load_prepared(folder)[0]["train"][0], first["train"][0])
+    spark.save_prepared(folder, _stream_writer(second), {**meta, "held": "stream"})
+    assert spark.load_prepared(folder)[1]["held"] == "stream"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]  # no partial or old folder left
+    assert not list(folder.glob("*.npy"))
+
+
+def test_a_write_that_fails_leaves_what_was_kept_and_no_partial_folder(tmp_path):
+    meta = {**META, "splits": ["train", "val"], "held": "memory"}
+    folder = tmp_path / "kept"
+    spark.save_prepared(folder, _memory_writer({"train": _digits(5), "val": _digits(2)}), meta)
+
+    def full_disk(partial):
+        (partial / "train").mkdir()
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        spark.save_prepared(folder, full_disk, {**meta, "held": "stream"})
+    assert spark.load_prepared(folder)[1]["held"] == "memory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]

@@ -671,6 +671,8 @@ class SparkData:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         if self.folder is None:
             stream = False  # a URI input and a sweep folder at a URI: nowhere to stream from, nothing kept
+        if not self.java:  # planned from what was kept, which is now prepared again (in the other form)
+            self.java = check_environment()
         log = None if verbose else os.path.join(tempfile.gettempdir(), f"tuner-spark-{os.getpid()}.log")
         spec = self.config.spark.session
         with contextlib.ExitStack() as stack:
