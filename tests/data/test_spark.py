@@ -52,6 +52,9 @@ def test_the_shipped_experiment_runs_twice_and_predict_writes_the_csv(parquet, t
     done = _cli("sweep", "mnist_spark_asha", *overrides, "--set", "data.spark.session.keep=true", cache=cache)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "in memory (prepared by Spark on Ray in" in done.stdout, done.stdout
+    assert "preparing " in done.stdout and " with Spark on Ray (RayDP) before the trials" in done.stdout
+    for noise in ("StatusConsoleListener", "sql_ctx", "log4j", "WARN "):  # Spark's own output: in its log file
+        assert noise not in done.stdout + done.stderr, (noise, done.stdout[-2000:], done.stderr[-2000:])
     assert "Spark kept, 1 CPU(s) of its executors counted out of the trials'" in done.stdout, done.stdout
     assert "  1 trial(s) at once" in done.stdout, done.stdout  # 2 CPUs, 1 held by Spark's executor
     run = tmp_path / "runs" / "mnist_spark_asha"

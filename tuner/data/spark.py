@@ -140,20 +140,26 @@ def spark_configs(session: Any, java_major_version: int) -> dict[str, str]:
 
 @contextlib.contextmanager
 def _java_output_to(log: str | None) -> Iterator[None]:
-    """While Spark's JVMs start, this process's stderr goes to ``log``: they inherit it, and
-    their log4j lines go there, not between tuner's lines (None: left as it is)."""
+    """While Spark's JVMs start and work, this process's stdout and stderr go to ``log``:
+    the JVMs inherit them (log4j writes to both), and their lines go there, not between
+    tuner's (None: left as they are)."""
     if log is None:
         yield
         return
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
     with open(log, "ab") as file:
-        os.dup2(file.fileno(), 2)
+        for fd in saved:
+            os.dup2(file.fileno(), fd)
     try:
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 @contextlib.contextmanager
@@ -194,7 +200,8 @@ def session(config: Any, app_name: str, java_major_version: int, log: str | None
             break
         time.sleep(0.5)
     if "spark" in started and log is not None:
-        started["spark"].sparkContext.setLogLevel("ERROR")
+        with _java_output_to(log):  # log4j says its reconfiguration on the JVM's stderr
+            started["spark"].sparkContext.setLogLevel("ERROR")
     if "spark" not in started:
         # No stop_spark here: a failed init_spark has stopped what it began, and one still
         # starting holds RayDP's lock, which RayDP's own exit hook would wait on for ever.
@@ -466,9 +473,8 @@ def to_arrays(frame: Any, channels: int, size: int) -> tuple[Any, Any]:
     """A prepared split through Ray Data (RayDP's ``from_spark``) into uint8 images
     ``[N, C, H, W]`` and int64 labels."""
     import numpy as np
-    import ray.data
 
-    dataset = ray.data.from_spark(frame)
+    dataset = _from_spark(frame)
     images, labels = [], []
     for batch in dataset.iter_batches(batch_size=4096, batch_format="numpy"):
         images.append(_images(batch["image"], channels, size))
@@ -476,6 +482,18 @@ def to_arrays(frame: Any, channels: int, size: int) -> tuple[Any, Any]:
     if not images:
         return np.zeros((0, channels, size, size), np.uint8), np.zeros(0, np.int64)
     return np.concatenate(images), np.concatenate(labels)
+
+
+def _from_spark(frame: Any) -> Any:
+    """RayDP's ``from_spark``, without the deprecation warning pyspark gives it (RayDP
+    1.6.5 reads ``DataFrame.sql_ctx``), which would break into tuner's output."""
+    import warnings
+
+    import ray.data
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="DataFrame.sql_ctx is an internal property")
+        return ray.data.from_spark(frame)
 
 
 def _images(column: Any, channels: int, size: int) -> Any:
@@ -488,9 +506,8 @@ def _images(column: Any, channels: int, size: int) -> Any:
 def to_parquet(frame: Any, folder: Any) -> int:
     """A prepared split through Ray Data (RayDP's ``from_spark``) into Parquet files of raw
     pixel bytes and labels under ``folder``, for the trials to stream; its row count."""
-    import ray.data
 
-    dataset = ray.data.from_spark(frame)
+    dataset = _from_spark(frame)
     dataset.write_parquet(str(folder))
     return dataset.count()
 
@@ -638,6 +655,11 @@ class SparkData:
         self.folder = self.cache or own
 
     @property
+    def prepared(self) -> bool:
+        """Prepared before and kept (a second sweep on the same input, a resume): no Spark."""
+        return load_prepared(self.folder) is not None
+
+    @property
     def num_classes(self) -> int | None:
         """Known once prepared (or from what an earlier sweep kept)."""
         kept = load_prepared(self.folder)
@@ -675,7 +697,9 @@ class SparkData:
             self.java = check_environment()
         log = None if verbose else os.path.join(tempfile.gettempdir(), f"tuner-spark-{os.getpid()}.log")
         spec = self.config.spark.session
-        with contextlib.ExitStack() as stack:
+        # Spark's JVMs, RayDP and Ray Data say much while they work (log4j, deprecations):
+        # into the log too, not between tuner's lines; tuner's own errors are raised, said after.
+        with _java_output_to(log), contextlib.ExitStack() as stack:
             spark = stack.enter_context(session(self.config.spark, app_name, self.java, log))
             prepared = prepare(spark, self.config.spark, self.config, self.seed)
             try:

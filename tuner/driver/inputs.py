@@ -54,6 +54,10 @@ def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: boo
     if isinstance(planned, SparkData):
         planned.keep_in(store.current(paths).spark_data)
         held = None if earlier is None else earlier.get("held") == "stream"
+        if not planned.prepared:
+            from tuner.driver.progress import show
+
+            show(f"preparing {sweep.data.spark.input} with Spark on Ray (RayDP) before the trials ...")
         data, how = planned.ready(
             app_name=f"tuner-{sweep.name}", object_store_bytes=store_bytes, stream=held, verbose=verbose
         )
