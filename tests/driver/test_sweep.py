@@ -125,11 +125,15 @@ def test_two_worker_trial_runs_ddp(local_ray, tmp_path):
     assert_no_leaks()
 
 
-def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_path, runner):
+# PBT's exploit and HyperBand's pause restore a trial from a checkpoint, the path a killed
+# sweep's resume takes: TorchTrainer's side of it runs in test_lifecycle.py (resumed, and a
+# trial that raises), so these two run the direct runner only (they took 150 s more as
+# TorchTrainers, for no path of their own).
+def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_path):
     sweep = SweepConfig.model_validate(
         small_sweep(
             tmp_path,
-            scaling={"runner": runner},
+            scaling={"runner": "direct"},
             data={"train_subset": 2000},
             train={"epochs": 4},
             # One good and one hopeless learning rate: the bad trial must exploit the good one.
@@ -167,7 +171,7 @@ def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_pat
     assert_no_leaks()
 
 
-def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray, tmp_path, runner):
+def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray, tmp_path):
     # max_t=3, reduction 3: Tune's first bracket runs 2 trials for 3 epochs, the second
     # starts 3 trials at 1 epoch and keeps the best. With 2 slots, trial 2 (the only
     # good learning rate of that bracket) starts first, so it is paused at epoch 1 and
@@ -177,7 +181,7 @@ def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray
             tmp_path,
             data={"train_subset": 1500},
             train={"epochs": 3},
-            scaling={"runner": runner},
+            scaling={"runner": "direct"},
             space={"params": {"lr": {"grid": [1e-3, 1e-3, 3e-3, 1e-6, 1e-6]}}},
             scheduler={"name": "hyperband", "reduction_factor": 3},
             trials={"num_samples": 1},
