@@ -156,3 +156,30 @@ class Clock:
 
     def __call__(self) -> float:
         return time.perf_counter() - self.started
+
+
+def one_trial_epochs(sweep: dict, folder: Path, env: dict[str, str]) -> dict:
+    """``sweep`` (one trial, named bench, its output_dir set) run by ``python -m tuner sweep``
+    from ``folder``; the trial's images/s in its first and last epochs (its history), its
+    last validation accuracy, and the plan's data line."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    file = folder / f"sweep-{Path(sweep['output_dir']).name}.yaml"
+    file.write_text(yaml.safe_dump(sweep))
+    done = subprocess.run([sys.executable, "-m", "tuner", "sweep", str(file)], env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(done.stdout[-2000:] + done.stderr[-2000:])
+    history = next((Path(sweep["output_dir"]) / "bench" / "history").glob("*.jsonl"))
+    rows = [json.loads(line) for line in history.read_text().splitlines()]
+    plan = next(line for line in done.stdout.splitlines() if line.startswith("  data "))
+    return {
+        "images_per_s_epoch1": rows[0]["images_per_s"],
+        "images_per_s_epoch2": rows[-1]["images_per_s"],
+        "val_accuracy": rows[-1]["val_accuracy"],
+        "train_images": rows[-1].get("train_images"),
+        "plan": plan.strip(),
+    }

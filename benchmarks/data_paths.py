@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -103,32 +102,17 @@ def imagefolder_dataloader(folder: str, cache: str) -> dict:
 
 
 def _epochs(folder: str, cache: str, streaming: bool) -> dict:
-    import yaml
+    from common import one_trial_epochs
 
-    out = Path(cache).parent / f"runs-{streaming}"
     sweep = {
         "name": "bench",
-        "output_dir": str(out),
+        "output_dir": str(Path(cache).parent / f"runs-{streaming}"),
         "data": {"dataset": "image_folder", "path": folder, "channels": 1, "streaming": streaming},
         "train": {"epochs": 2},
         "trials": {"num_samples": 1},
         "space": {"params": {"lr": 2e-3}},
     }
-    file = Path(cache).parent / f"sweep-{streaming}.yaml"
-    file.write_text(yaml.safe_dump(sweep))
-    env = {**os.environ, "TUNER_CACHE_DIR": cache}
-    done = subprocess.run([sys.executable, "-m", "tuner", "sweep", str(file)], env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(done.stdout[-2000:] + done.stderr[-2000:])
-    rows = [json.loads(line) for line in next((out / "bench" / "history").glob("*.jsonl")).read_text().splitlines()]
-    plan = next(line for line in done.stdout.splitlines() if line.startswith("  data "))
-    return {
-        "images_per_s_epoch2": rows[-1]["images_per_s"],
-        "images_per_s_epoch1": rows[0]["images_per_s"],
-        "val_accuracy": rows[-1]["val_accuracy"],
-        "train_images": rows[-1].get("train_images"),
-        "plan": plan.strip(),
-    }
+    return one_trial_epochs(sweep, Path(cache).parent, {**os.environ, "TUNER_CACHE_DIR": cache})
 
 
 def epochs_in_memory(folder: str, cache: str) -> dict:
@@ -165,7 +149,7 @@ def build_folder(root: Path, count: int) -> None:
 
 
 def main() -> None:
-    from run import TreeMemory
+    from run import measured_child
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=20_000)
@@ -188,17 +172,7 @@ def main() -> None:
     for name in CONTESTANTS:
         out = work / f"{name}.json"
         command = [sys.executable, __file__, "--child", name, "--folder", str(folder), "--cache", str(cache)]
-        began = time.perf_counter()
-        process = subprocess.Popen([*command, "--out", str(out)])
-        memory = TreeMemory(process.pid, interval=0.25)
-        code = process.wait()
-        memory.stop()
-        if code:
-            raise SystemExit(f"{name} failed (exit {code})")
-        result = json.loads(out.read_text())
-        result.update(wall_s=time.perf_counter() - began, peak_pss_mb=memory.peak_pss / 2**20)
-        results[name] = result
-        print(f"{name}: {json.dumps(result)}", flush=True)
+        results[name] = measured_child(name, command, out)
     print(table(results, args.images))
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     target = REPO / "benchmarks" / "results" / stamp

@@ -102,6 +102,22 @@ class TreeMemory:
         self._thread.join()
 
 
+def measured_child(name: str, command: list[str], out: Path, env: dict[str, str] | None = None) -> dict:
+    """A contestant run as a child process to its end: the JSON it wrote to ``out``, with
+    its wall time and the peak PSS of its process tree (``wall_s``, ``peak_pss_mb``)."""
+    began = time.perf_counter()
+    process = subprocess.Popen([*command, "--out", str(out)], env=env)
+    memory = TreeMemory(process.pid, interval=0.25)
+    code = process.wait()
+    memory.stop()
+    if code:
+        raise SystemExit(f"{name} failed (exit {code})")
+    result = json.loads(out.read_text())
+    result.update(wall_s=time.perf_counter() - began, peak_pss_mb=memory.peak_pss / 2**20)
+    print(f"{name}: {json.dumps(result)}", flush=True)
+    return result
+
+
 def run_contestant(name: str, budget: Budget, folder: Path) -> dict:
     script, extra = CONTESTANTS[name]
     folder.mkdir(parents=True, exist_ok=True)

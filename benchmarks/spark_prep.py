@@ -70,33 +70,20 @@ def spark(folder: str, cache: str) -> dict:
 
 def _epochs(data: dict, cache: str, subset: int) -> dict:
     """One trial (the default CNN, 2 epochs on ``subset`` training images) of a real sweep
-    fed from ``data``; its images/s in each epoch, from the trial's history."""
-    import yaml
+    fed from ``data``."""
+    from common import one_trial_epochs
 
-    out = Path(cache).parent / f"runs-{Path(cache).name}"
     sweep = {
         "name": "bench",
-        "output_dir": str(out),
+        "output_dir": str(Path(cache).parent / f"runs-{Path(cache).name}"),
         "data": {"image_size": 28, "channels": 1, "train_subset": subset, **data},
         "train": {"epochs": 2},
         "trials": {"num_samples": 1},
         "space": {"params": {"lr": 2e-3}},
         "tracking": {"mlflow": {"enabled": False}},
     }
-    file = Path(cache).parent / f"sweep-{Path(cache).name}.yaml"
-    file.write_text(yaml.safe_dump(sweep))
     env = {**os.environ, "TUNER_CACHE_DIR": cache, "RAY_ADDRESS": ""}
-    done = subprocess.run([sys.executable, "-m", "tuner", "sweep", str(file)], env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(done.stdout[-2000:] + done.stderr[-2000:])
-    rows = [json.loads(line) for line in next((out / "bench" / "history").glob("*.jsonl")).read_text().splitlines()]
-    plan = next(line for line in done.stdout.splitlines() if line.startswith("  data "))
-    return {
-        "images_per_s_epoch1": rows[0]["images_per_s"],
-        "images_per_s_epoch2": rows[-1]["images_per_s"],
-        "val_accuracy": rows[-1]["val_accuracy"],
-        "plan": plan.strip(),
-    }
+    return one_trial_epochs(sweep, Path(cache).parent, env)
 
 
 def trials_tuner(folder: str, cache: str) -> dict:
@@ -137,7 +124,7 @@ def build(folder: Path, count: int) -> None:
 
 
 def main() -> None:
-    from run import TreeMemory
+    from run import measured_child
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=60_000)
@@ -159,17 +146,7 @@ def main() -> None:
     for name in CONTESTANTS:
         out = work / f"{name}.json"
         command = [sys.executable, __file__, "--child", name, "--folder", str(folder), "--cache", str(work / name)]
-        began = time.perf_counter()
-        process = subprocess.Popen([*command, "--out", str(out)], env={**os.environ, "RAY_ADDRESS": ""})
-        memory = TreeMemory(process.pid, interval=0.25)
-        code = process.wait()
-        memory.stop()
-        if code:
-            raise SystemExit(f"{name} failed (exit {code})")
-        result = json.loads(out.read_text())
-        result.update(wall_s=time.perf_counter() - began, peak_pss_mb=memory.peak_pss / 2**20)
-        results[name] = result
-        print(f"{name}: {json.dumps(result)}", flush=True)
+        results[name] = measured_child(name, command, out, env={**os.environ, "RAY_ADDRESS": ""})
     base = results["tuner_parquet"]
     print("\n| path | images | ready (s) | x tuner | wall (s) | peak PSS (MB) |\n|---|---|---|---|---|---|")
     for name, result in results.items():
