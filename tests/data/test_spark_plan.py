@@ -236,3 +236,20 @@ def test_a_write_that_fails_leaves_what_was_kept_and_no_partial_folder(tmp_path)
         spark.save_prepared(folder, full_disk, {**meta, "held": "stream"})
     assert spark.load_prepared(folder)[1]["held"] == "memory"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+
+
+def test_the_export_reads_a_kept_preparation_without_java_or_the_users_function(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tuner.data.planning import held_out
+
+    folder = tmp_path / "sweep" / "spark-data"
+    arrays = {name: _digits(n, i) for i, (name, n) in enumerate((("train", 10), ("val", 3), ("test", 9)))}
+    spark.save_prepared(folder, _stream_writer(arrays), {**META, "held": "stream"})
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java; and the function's module is nowhere
+    data = "dataset: spark\nimage_size: 8\nchannels: 1\nspark: {input: 's3://b/t', function: 'gone:f'}\n"
+    sweep = load_sweep(str(_sweep(tmp_path, data)), import_code=False)
+    held = held_out(sweep.data, seed=0, folder=SimpleNamespace(spark_data=folder))
+    held.channels, held.size = 1, 4  # the hand-written digits' shape
+    assert sum(len(labels) for _, labels in held.test_chunks()) == 9

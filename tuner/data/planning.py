@@ -23,7 +23,5 @@ def held_out(config: Any, *, seed: int, folder: Any = None) -> BuiltinData | Own
     ``folder``: the sweep's (tuner.folder.store.SweepFolder), where Spark's preparation of a
     URI input or a user's function is kept."""
     if config.dataset == "spark":
-        held = SparkData(config, seed)
-        held.keep_in(folder.spark_data if folder is not None else None)
-        return held
+        return SparkData(config, seed, own=folder.spark_data if folder is not None else None)
     return held_out_files(config, seed=seed)

@@ -51,9 +51,9 @@ def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: boo
     sources.quiet_ray_data(verbose)
     earlier = records.read_data_description(paths) if resume else None
     store_bytes = smallest_object_store()
+    held = None if earlier is None else earlier.get("held") == "stream"
     if isinstance(planned, SparkData):
         planned.keep_in(store.current(paths).spark_data)
-        held = None if earlier is None else earlier.get("held") == "stream"
         if not planned.prepared:
             from tuner.driver.progress import show
 
@@ -71,7 +71,6 @@ def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: boo
     size = f"{planned.decoded_bytes / 2**20:,.0f} MiB decoded"
     share = f"{sweep.data.object_store_share:g} of the {store_bytes / 2**20:,.0f} MiB object store"
     started = time.perf_counter()
-    held = None if earlier is None else earlier.get("held") == "stream"
     data, decoder = planned.ready(object_store_bytes=store_bytes, stream=held)
     if isinstance(data, TrainingData):
         data = dataclasses.replace(data, test=None)  # trials never read it; the export reads it itself
