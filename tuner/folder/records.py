@@ -237,6 +237,8 @@ def keep_state_copy(paths: SweepFolder, seen: dict[str, float], force: bool = Fa
     (at most 5% of the driver's time); the sweep's end copies it at once (``force``). A
     copy a few seconds old resumes the sweep as the state would have a few seconds before."""
     now = time.monotonic()
+    if not force and len(seen) > 1 and now < seen.get("", 0.0):
+        return  # (not even a listing: tune/ holds a folder per trial, and this runs every step)
     states = list(paths.tune.glob("experiment_state*.json"))
     first_copy = any(state.name not in seen for state in states)  # a new state file: copy it at once
     if not force and not first_copy and now < seen.get("", 0.0):

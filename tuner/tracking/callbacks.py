@@ -95,7 +95,7 @@ class MlflowTrials(Callback):
         self.record.client.set_tag(self.record.trial_run(trial_id, config), "tuner.status", "retrying")
 
     def on_experiment_end(self, trials, **info):  # finished, failed or interrupted
-        self._then(lambda: self.record.flush())
+        self._then(lambda: self.record.flush(save=True))
         try:
             self._raise_failed(wait=True)
         finally:

@@ -79,7 +79,8 @@ class SweepRecord:
         self.model: dict[str, Any] = state.get("model", {})  # what finish() registered (or only logged) last
         self.pending: dict[str, list[Any]] = {}  # epochs not yet written, by trial (see log_result)
         self.unrecorded: dict[str, list[dict[str, Any]]] = {}  # history of trials without a run yet (see backfill)
-        self.flushed_at = time.monotonic()
+        self.flushed_at = self.saved_at = time.monotonic()
+        self.unsaved = False  # runs made or epochs written since mlflow.json was last saved
         with _creating_store(self.uri):
             self.client = _Retrying(MlflowClient(self.uri))
             self.experiment_id = state.get("experiment_id") or self._experiment_id()
@@ -149,6 +150,7 @@ class SweepRecord:
             "model": self.model,
         }
         records.write_mlflow_state(self.paths, state)
+        self.unsaved, self.saved_at = False, time.monotonic()
 
     def trial_run(self, trial_id: str, config: dict[str, Any]) -> str:
         """The trial's child run, created once (a restarted trial keeps its run)."""
@@ -174,7 +176,7 @@ class SweepRecord:
         )
         _log_params(self.client, run.info.run_id, config)
         self.trials[trial_id] = run.info.run_id
-        self.save()
+        self.unsaved = True  # saved with the next flush: a resumed sweep adopts a run it lost (_run_saved_too_late)
         return run.info.run_id
 
     def _run_saved_too_late(self, trial_id: str) -> str | None:
@@ -224,11 +226,14 @@ class SweepRecord:
             self.flush()
 
     def flush(self, save: bool = False) -> None:
-        """Write every queued epoch (one ``log_batch`` per trial), then mlflow.json."""
+        """Write every queued epoch (one ``log_batch`` per trial), then mlflow.json if asked
+        (``save``) or if it is ``FLUSH_S`` old. (Saved at every trial's start and end, the
+        file, which names every trial, made the writes grow with the square of the trials.)
+        A resumed sweep makes up for a file that lags: ``backfill`` and ``_run_saved_too_late``."""
         pending, self.pending = self.pending, {}
         for trial_id, metrics in pending.items():
             self._write(trial_id, metrics)
-        if pending or save:
+        if save or (self.unsaved and time.monotonic() - self.saved_at >= FLUSH_S):
             self.save()
         self.flushed_at = time.monotonic()
 
@@ -238,6 +243,7 @@ class SweepRecord:
             self.client.log_batch(run_id, metrics=metrics[start : start + 1000], tags=list(tags) if start == 0 else [])
         if metrics:
             self.last_step[trial_id] = max(metric.step for metric in metrics)
+            self.unsaved = True
 
     def backfill(self, histories: dict[str, list[dict[str, Any]]]) -> None:
         """Epochs the history has and this trial's run lacks (the driver was killed before
@@ -247,10 +253,12 @@ class SweepRecord:
         ``log_batch`` and before mlflow.json was saved. So where the history is ahead of it,
         MLflow is asked what the run holds (one query per such trial; none after a clean stop).
 
-        A trial mlflow.json does not name (the driver was killed while its writes waited
-        behind the store's opening, before it made the trial's run or saved it) has its
-        epochs written once its run is made or adopted, when the resumed trial reports with
-        its config."""
+        A trial mlflow.json does not name has its run adopted here, if MLflow holds one (the
+        file is saved every ``FLUSH_S``, not at every run made); a trial without a run (the
+        driver was killed while its writes waited behind the store's opening) has its
+        epochs written once its run is made, when the resumed trial reports with its config."""
+        for trial_id in histories.keys() - self.trials.keys():
+            self._run_saved_too_late(trial_id)  # a run made before mlflow.json was saved: adopt it now
         self.unrecorded = {trial_id: rows for trial_id, rows in histories.items() if trial_id not in self.trials}
         for trial_id, run_id in self.trials.items():
             rows = histories.get(trial_id, [])
@@ -265,7 +273,7 @@ class SweepRecord:
 
         run_id = self.trial_run(trial_id, config)
         self._write(trial_id, self.pending.pop(trial_id, []), [RunTag("tuner.status", status)])
-        self.flush(save=True)
+        self.flush()
         self.client.set_terminated(run_id, status="FAILED" if status == "errored" else "FINISHED")
 
     def finish(self, best: dict[str, Any], best_dir: Path, exported: Any) -> str | None:
