@@ -93,3 +93,45 @@ def test_trials_are_capped_at_the_slots_only_where_tune_cannot_see_the_gpus(dire
     scaling = {"runner": "direct"} if direct else {"workers": 2}
     sweep = SweepConfig.model_validate({"name": "r", "scaling": scaling, "trials": trials})
     assert build_searcher(sweep, 2, gpus_out_of_sight=use_gpu and not direct).max_concurrent == expected
+
+
+# --- the spare cores lent to a sweep's last trials (tuner.driver.callbacks.SpareCores) ----------
+
+
+@pytest.mark.parametrize(
+    "running, own, spare, expected",
+    [
+        (["a"], 1, 1, {"a": 2}),  # the default sweep's lone last trial, on 2 cores
+        (["a", "b"], 1, 3, {"a": 3, "b": 2}),  # the first take what does not share out
+        (["a", "b"], 1, 1, {"a": 2}),
+        (["a"], 2, 0, {}),  # nothing spare: each keeps its own (no file entry)
+        ([], 1, 4, {}),
+    ],
+)
+def test_spare_cores_are_shared_over_the_running_trials(running, own, spare, expected):
+    from tuner.driver.callbacks import lend
+
+    assert lend(running, own, spare) == expected
+
+
+class _Trial:
+    def __init__(self, trial_id: str, status: str):
+        self.trial_id, self.status = trial_id, status
+
+
+@pytest.mark.parametrize(
+    "statuses, total",
+    [
+        (["RUNNING"], 2),  # a trial is still to come from the searcher
+        (["RUNNING", "PENDING"], 2),  # one waits for a slot
+        (["RUNNING", "PAUSED"], 2),  # HyperBand will resume one
+        (["TERMINATED", "ERROR"], 2),  # none running
+    ],
+)
+def test_no_cores_are_lent_while_a_trial_waits_or_is_still_to_come(tmp_path, statuses, total):
+    """Decided before Ray is asked anything: these need no Ray."""
+    from tuner.driver.callbacks import SpareCores
+    from tuner.folder.store import SweepFolder
+
+    trials = [_Trial(f"t{i}", status) for i, status in enumerate(statuses)]
+    assert SpareCores(SweepFolder(tmp_path), total, 1).shares(trials) == {}

@@ -89,7 +89,8 @@ def test_a_one_worker_trial_is_the_same_run_directly_or_as_a_torch_trainer(local
                 data={"train_subset": 1500},
                 train={"epochs": 1},
                 trials={"num_samples": 1},
-                scaling={"runner": runner},
+                # A lone direct trial would be lent the other core (the next test): not the same sums.
+                scaling={"runner": runner, "lend_spare_cores": False},
                 tracking={"mlflow": {"enabled": False}},
             )
         )
@@ -97,6 +98,7 @@ def test_a_one_worker_trial_is_the_same_run_directly_or_as_a_torch_trainer(local
     direct, trainer = (_trial_histories(outcomes[r]) for r in ("direct", "torch_trainer"))
     (direct_rows,), (trainer_rows,) = direct.values(), trainer.values()
     assert len(direct_rows) == len(trainer_rows) == 1
+    assert direct_rows[0]["threads"] == trainer_rows[0]["threads"] == 1
     for key in ("train_loss", "val_loss", "val_accuracy", "lr", "world_size"):
         assert direct_rows[0][key] == pytest.approx(trainer_rows[0][key], rel=1e-6), key
     assert outcomes["direct"].best["test_loss"] == pytest.approx(outcomes["torch_trainer"].best["test_loss"], rel=1e-6)
@@ -107,6 +109,27 @@ def test_a_one_worker_trial_is_the_same_run_directly_or_as_a_torch_trainer(local
     }
     assert setup_s["direct"] < setup_s["torch_trainer"], setup_s
     assert_no_leaks()
+
+
+def test_a_lone_last_trial_trains_on_the_cores_no_trial_holds(local_ray, tmp_path):
+    """One 1-CPU trial on a 2-CPU Ray, none to come: it is lent the idle core from its
+    first epoch (the file is written before Tune starts its function), and the lending
+    file is gone once the sweep ends."""
+    from tuner.folder.store import LENT_CORES_FILE
+
+    sweep = SweepConfig.model_validate(
+        small_sweep(
+            tmp_path,
+            data={"train_subset": 1500},
+            trials={"num_samples": 1},
+            tracking={"mlflow": {"enabled": False}},
+        )
+    )
+    outcome = run_sweep(sweep)
+    (rows,) = _trial_histories(outcome).values()
+    assert [row["threads"] for row in rows] == [2, 2]
+    assert rows[-1]["val_accuracy"] > 0.3
+    assert not (outcome.paths.tune / LENT_CORES_FILE).exists()
 
 
 def test_two_worker_trial_runs_ddp(local_ray, tmp_path):

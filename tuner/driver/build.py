@@ -52,7 +52,7 @@ def build_tuner(
     from ray import tune
 
     from tuner.driver import earlier
-    from tuner.driver.callbacks import ProgressCallback, SweepRecords
+    from tuner.driver.callbacks import ProgressCallback, SpareCores, SweepRecords
     from tuner.spec import schedulers, searchers, spaces
     from tuner.tracking.callbacks import MlflowTrials, TensorBoardEvents
     from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver
@@ -89,6 +89,9 @@ def build_tuner(
         *([MlflowTrials(sweep, paths)] if sweep.tracking.mlflow.enabled else []),
         *([ProgressCallback()] if reporter is not None else []),
     ]
+    lend = sweep.scaling.lend_spare_cores and setup.direct and not use_gpu and not streamed
+    if lend and not paths.remote and not sweep.own_loop:
+        callbacks.append(SpareCores(paths, sweep.total_trials, int(sweep.scaling.cpus_per_worker)))
     if restore:
         try:
             try:

@@ -1,5 +1,6 @@
 """The Tune callbacks of the sweep's driver: the folder's records (history, timeline, a
-whole copy of Tune's state, pruned checkpoints) and the live progress view.
+whole copy of Tune's state, pruned checkpoints), the cores lent to a sweep's last trials,
+and the live progress view.
 
 Tune pickles its callbacks with the experiment, and a resumed sweep gets them back from
 that pickle: they reach this process's folder and reporter through
@@ -8,6 +9,7 @@ that pickle: they reach this process's folder and reporter through
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -23,7 +25,7 @@ from tuner.folder.records import (
     prune_checkpoints,
     state_saved_at,
 )
-from tuner.folder.store import SweepFolder, current, read_json_lines
+from tuner.folder.store import LENT_CORES_FILE, SweepFolder, current, read_json_lines, write_atomic
 
 
 class SweepRecords(Callback):
@@ -84,6 +86,73 @@ class SweepRecords(Callback):
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         append_timeline(current(self.paths), trial.trial_id, "recover")
+
+
+class SpareCores(Callback):
+    """A Tune callback (in the driver) that lends the cores nobody holds to the trials still
+    running, once no trial waits for a slot and none will come: a sweep's last trials no
+    longer run on one core each while the others sit idle (a new user's default sweep
+    spent a quarter of its slot time so). Each running trial is told its torch threads in
+    ``tune/.tuner-threads.json`` ({trial id: threads}), which it reads before each epoch
+    (``Session.threads``); when a trial waits again (a retry, a paused trial resumed) the
+    file is emptied and each goes back to its own CPUs at its next epoch.
+
+    Only for trials run directly on the CPU of a one-node cluster, with the data in
+    memory: on several nodes the spare cores may be on another machine, and a streamed
+    data set's pipeline needs the CPUs kept out of the trials."""
+
+    EVERY_S = 1.0
+
+    def __init__(self, paths: SweepFolder, total_trials: int, cpus_per_trial: int) -> None:
+        self.paths, self.total, self.own = paths, total_trials, max(1, cpus_per_trial)
+        self.lent: dict[str, int] = {}
+        self.next_look = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "lent": {}, "next_look": 0.0}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        # Before the trial's first epoch: Tune starts its function only after this callback.
+        self.on_step_end(iteration, trials, now=True)
+
+    def on_step_end(self, iteration, trials, now: bool = False, **info):
+        if not now and time.monotonic() < self.next_look:
+            return
+        self.next_look = time.monotonic() + self.EVERY_S
+        shares = self.shares(trials)
+        if shares != self.lent:
+            write_atomic(current(self.paths).tune / LENT_CORES_FILE, json.dumps(shares))
+            self.lent = shares
+
+    def on_experiment_end(self, trials, **info):
+        (current(self.paths).tune / LENT_CORES_FILE).unlink(missing_ok=True)
+        self.lent = {}
+
+    def shares(self, trials: list[Any]) -> dict[str, int]:
+        """Threads per running trial where cores are spare, else {} (each keeps its own)."""
+        if len(trials) < self.total or any(t.status in ("PENDING", "PAUSED") for t in trials):
+            return {}
+        running = sorted(t.trial_id for t in trials if t.status == "RUNNING")
+        if not running:
+            return {}
+        import ray
+
+        if sum(1 for node in ray.nodes() if node.get("Alive")) != 1:
+            return {}
+        # (Ray's view of what is free can lag a reservation just made: never past the node's cores.)
+        held = len(running) * self.own
+        spare = min(int(ray.available_resources().get("CPU", 0.0)), int(ray.cluster_resources().get("CPU", 0.0)) - held)
+        return lend(running, self.own, spare)
+
+
+def lend(running: list[str], own: int, spare: int) -> dict[str, int]:
+    """The spare cores shared out over the running trials, the first ones taking any left
+    over; {} when there is nothing to share."""
+    if spare < 1 or not running:
+        return {}
+    each, rest = divmod(spare, len(running))
+    shares = {trial_id: own + each + (1 if i < rest else 0) for i, trial_id in enumerate(running)}
+    return {trial_id: threads for trial_id, threads in shares.items() if threads > own}
 
 
 class ProgressCallback(Callback):

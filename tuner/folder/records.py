@@ -39,6 +39,7 @@ HISTORY_KEYS = (
     "entered_at",  # wall clock: the trial function began ...
     "first_step_at",  # ... and its first training step began (per start or restart)
     "checkpoint_dir_name",  # the epoch's checkpoint folder in the trial's Tune folder
+    "threads",  # the torch threads the epoch trained with (more than its CPUs: spare cores lent)
 )
 
 

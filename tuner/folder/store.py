@@ -39,6 +39,7 @@ HISTORY_DIR = "history"
 TIMELINE_FILE = "timeline.jsonl"
 MLFLOW_FILE = "mlflow.json"
 DATA_FILE = "data.json"  # a user's own data as the sweep saw them (classes, shape, statistics, how held)
+LENT_CORES_FILE = ".tuner-threads.json"  # in tune/: {trial id: torch threads}, spare cores lent to the last trials
 
 
 class StorageError(TunerError):

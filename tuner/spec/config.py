@@ -409,6 +409,10 @@ class ScalingConfig(Strict):
     # How a trial runs its loop: "direct" inside the Tune trial itself (one worker, no
     # TorchTrainer start-up), "torch_trainer" as a Ray Train run; auto: direct for 1 worker.
     runner: Literal["auto", "direct", "torch_trainer"] = "auto"
+    # Once no trial waits and none will come, the running trials (direct, on a one-node
+    # CPU cluster) train with the cores nobody holds; false: each keeps to its own CPUs
+    # (the same floating-point sums whatever else runs: torch's depend on its threads).
+    lend_spare_cores: bool = True
 
     @property
     def direct(self) -> bool:

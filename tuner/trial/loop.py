@@ -180,7 +180,11 @@ def run_training(loop: LoopSettings, session: Session) -> None:
     unwrapped = model.module if hasattr(model, "module") else model
     measured: dict[str, float] = {"params": float(sum(p.numel() for p in unwrapped.parameters()))}
 
+    threads = loop.threads
     for epoch in range(start_epoch, epochs):
+        if session.threads(loop.threads) != threads:  # the sweep's spare cores, lent or taken back
+            threads = session.threads(loop.threads)
+            torch.set_num_threads(threads)
         started = time.perf_counter()
         model.train()
         augmented = _augmentation(loop, device, epoch, rank)
@@ -226,6 +230,7 @@ def run_training(loop: LoopSettings, session: Session) -> None:
             "train_images": seen * world,  # every rank's share of the epoch
             "resumed_from": resumed_from,
             "world_size": world,
+            "threads": threads,
             "nodes": nodes,
             **measured,
             **timing,

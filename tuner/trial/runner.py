@@ -20,6 +20,7 @@ Nothing here reads YAML: the driver receives the sampled hyperparameters and a
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -312,6 +313,19 @@ class _TuneSession(Session):
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
         return model.to(self.device)
+
+    def threads(self, own: int) -> int:
+        if self.trials_dir is None or self.device.type != "cpu":
+            return own
+        from ray import tune
+
+        from tuner.folder.store import LENT_CORES_FILE
+
+        try:
+            lent = json.loads((Path(self.trials_dir) / LENT_CORES_FILE).read_text())
+        except (OSError, ValueError):  # none lent yet (or being replaced: it is written whole)
+            return own
+        return max(own, int(lent.get(tune.get_context().get_trial_id(), own)))
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
         from ray import tune

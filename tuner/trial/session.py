@@ -77,6 +77,11 @@ class Session:
     def prepare_model(self, model: nn.Module) -> nn.Module:
         raise NotImplementedError
 
+    def threads(self, own: int) -> int:
+        """The torch threads the next epoch may use: ``own`` (the worker's CPUs), or more
+        where the sweep's driver lends it spare cores (tuner.driver.callbacks.SpareCores)."""
+        return own
+
     def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
         raise NotImplementedError
 
