@@ -25,6 +25,8 @@ from tuner.data.datasets import TrainingData, normalise
 from tuner.models.build import build_model
 from tuner.trial.session import LoopSettings, Session, report_epoch
 
+LOOK_FOR_CORES_S = 2.0  # how often a step asks whether the sweep lends its trial idle cores
+
 
 def learning_rate(base_lr: float, schedule: str, step: int, total_steps: int) -> float:
     """The step's learning rate: constant, cosine to zero, or /10 at 50% and 75%."""
@@ -180,11 +182,8 @@ def run_training(loop: LoopSettings, session: Session) -> None:
     unwrapped = model.module if hasattr(model, "module") else model
     measured: dict[str, float] = {"params": float(sum(p.numel() for p in unwrapped.parameters()))}
 
-    threads = loop.threads
+    threads, look_at = loop.threads, 0.0
     for epoch in range(start_epoch, epochs):
-        if session.threads(loop.threads) != threads:  # the sweep's spare cores, lent or taken back
-            threads = session.threads(loop.threads)
-            torch.set_num_threads(threads)
         started = time.perf_counter()
         model.train()
         augmented = _augmentation(loop, device, epoch, rank)
@@ -192,6 +191,11 @@ def run_training(loop: LoopSettings, session: Session) -> None:
         seen = 0
         batches = shards.train_batches(loop.seed, epoch, batch_size, augmented)
         for step, (x, y) in enumerate(batches):
+            if time.monotonic() >= look_at:  # the sweep's spare cores, lent or taken back (SpareCores)
+                look_at = time.monotonic() + LOOK_FOR_CORES_S
+                if (lent := session.threads(loop.threads)) != threads:
+                    threads = lent
+                    torch.set_num_threads(threads)
             if scheduled or step == 0:  # a constant rate is set once an epoch (PBT may change it between)
                 lr = learning_rate(
                     train["lr"], train["lr_schedule"], epoch * steps_per_epoch + step, epochs * steps_per_epoch
@@ -230,7 +234,7 @@ def run_training(loop: LoopSettings, session: Session) -> None:
             "train_images": seen * world,  # every rank's share of the epoch
             "resumed_from": resumed_from,
             "world_size": world,
-            "threads": threads,
+            "threads": threads,  # at the epoch's end
             "nodes": nodes,
             **measured,
             **timing,
