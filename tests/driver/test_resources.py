@@ -135,3 +135,16 @@ def test_no_cores_are_lent_while_a_trial_waits_or_is_still_to_come(tmp_path, sta
 
     trials = [_Trial(f"t{i}", status) for i, status in enumerate(statuses)]
     assert SpareCores(SweepFolder(tmp_path), total, 1).shares(trials) == {}
+
+
+def test_a_killed_sweeps_lent_cores_are_taken_back_when_it_starts_again(tmp_path):
+    """A sweep killed while its last trials were lent cores left the file; on the next
+    (re)start no trial may read those shares before the driver has decided anew."""
+    from tuner.driver.callbacks import SpareCores
+    from tuner.folder.store import LENT_CORES_FILE, SweepFolder
+
+    paths = SweepFolder(tmp_path)
+    paths.tune.mkdir(parents=True)
+    (paths.tune / LENT_CORES_FILE).write_text('{"t0": 2}')
+    SpareCores(paths, 1, 1).setup(total_num_samples=1)
+    assert not (paths.tune / LENT_CORES_FILE).exists()

@@ -111,6 +111,9 @@ class SpareCores(Callback):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "lent": {}, "next_look": 0.0}
 
+    def setup(self, **info):  # every (re)start: a killed sweep's last shares are not this run's
+        (current(self.paths).tune / LENT_CORES_FILE).unlink(missing_ok=True)
+
     def on_trial_start(self, iteration, trials, trial, **info):
         # Before the trial's first epoch: Tune starts its function only after this callback.
         self.on_step_end(iteration, trials, now=True)
