@@ -93,9 +93,9 @@ class SpareCores(Callback):
     running, once no trial waits for a slot and none will come: a sweep's last trials no
     longer run on one core each while the others sit idle (a new user's default sweep
     spent a quarter of its slot time so). Each running trial is told its torch threads in
-    ``tune/.tuner-threads.json`` ({trial id: threads}), which it reads before each epoch
-    (``Session.threads``); when a trial waits again (a retry, a paused trial resumed) the
-    file is emptied and each goes back to its own CPUs at its next epoch.
+    ``tune/.tuner-threads.json`` ({trial id: threads}), which it reads every 2 s between
+    training steps (``Session.threads``); when a trial waits again (a retry, a paused trial
+    resumed) the file is emptied and each goes back to its own CPUs.
 
     Only for trials run directly on the CPU of a one-node cluster, with the data in
     memory: on several nodes the spare cores may be on another machine, and a streamed

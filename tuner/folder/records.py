@@ -238,12 +238,12 @@ def keep_state_copy(paths: SweepFolder, seen: dict[str, float], force: bool = Fa
     (at most 5% of the driver's time); the sweep's end copies it at once (``force``). A
     copy a few seconds old resumes the sweep as the state would have a few seconds before."""
     now = time.monotonic()
-    if not force and len(seen) > 1 and now < seen.get("", 0.0):
+    due = force or now >= seen.get("", 0.0)
+    if not due and len(seen) > 1:
         return  # (not even a listing: tune/ holds a folder per trial, and this runs every step)
     states = list(paths.tune.glob("experiment_state*.json"))
-    first_copy = any(state.name not in seen for state in states)  # a new state file: copy it at once
-    if not force and not first_copy and now < seen.get("", 0.0):
-        return
+    if not due and all(state.name in seen for state in states):
+        return  # (a new state file is copied at once)
     for state in states:
         try:
             stamp = state.stat().st_mtime_ns

@@ -78,7 +78,7 @@ class Session:
         raise NotImplementedError
 
     def threads(self, own: int) -> int:
-        """The torch threads the next epoch may use: ``own`` (the worker's CPUs), or more
+        """The torch threads the next training steps may use: ``own`` (the worker's CPUs), or more
         where the sweep's driver lends it spare cores (tuner.driver.callbacks.SpareCores)."""
         return own
 
