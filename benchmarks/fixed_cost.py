@@ -67,6 +67,7 @@ def child(out: Path, argv: list[str]) -> None:
     (out / "child.json").write_text(
         json.dumps({"code": code, "began": began, "imported": imported, "ended": ended, "marks": marks})
     )
+    cli.leave(code)  # as `python -m tuner` ends
 
 
 def main() -> None:

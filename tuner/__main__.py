@@ -1,5 +1,5 @@
 """``python -m tuner``: the command line lives in tuner/cli.py."""
 
-from tuner.cli import main
+from tuner.cli import run
 
-raise SystemExit(main())
+run()
