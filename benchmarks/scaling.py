@@ -420,6 +420,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         run_child(args.child, Path(args.out), args.trials[0], args.epoch_s)
+        if args.child == "tuner":  # it ends as `python -m tuner sweep` does; the others as plain scripts
+            from tuner.cli import leave
+
+            leave(0)
         return
     out = Path(args.out or HERE / "results" / f"scaling-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if args.schedulers:
