@@ -257,6 +257,13 @@ BAD = [
         r"data\.root: input should be a valid string, but got \{'root': \{\.\.\.\}\}$",
         "{'root': {...}}",
     ),
+    Bad(
+        "stall_timeout_not_positive",
+        "name: x\ntrials:\n  stall_timeout_s: 0\n",
+        3,
+        r"trials\.stall_timeout_s: input should be 'auto' or input should be greater than 0, but got 0$",
+        "but got 0",
+    ),
     Bad("not_a_mapping", "- fifo\n- asha\n", 1, r"a sweep file is a mapping of sections, but got list$", "list"),
     Bad(
         "unknown_top_level_key",
@@ -271,7 +278,7 @@ BAD = [
         "name: x\ntrials: {num_sample: 3}\n",
         2,
         r"trials\.num_sample: unknown key 'num_sample'; did you mean 'num_samples'\? \(valid keys: max_concurrent, "
-        r"max_failures, num_samples, time_budget_s\)$",
+        r"max_failures, num_samples, stall_timeout_s, time_budget_s\)$",
         "unknown key 'num_sample'",
     ),
     Bad(

@@ -53,6 +53,7 @@ def build_tuner(
 
     from tuner.driver import earlier
     from tuner.driver.callbacks import ProgressCallback, SpareCores, SweepRecords
+    from tuner.driver.stalls import StallWatch
     from tuner.spec import schedulers, searchers, spaces
     from tuner.tracking.callbacks import MlflowTrials, TensorBoardEvents
     from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver
@@ -77,6 +78,7 @@ def build_tuner(
         code=code,
         trials_dir=None if paths.remote else str(paths.tune),
         measure_latency="latency_ms" in (sweep.metric, *(o.metric for o in sweep.objectives)),
+        collective_timeout_s=stall if isinstance(stall := sweep.trials.stall_timeout_s, (int, float)) else None,
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
@@ -87,7 +89,8 @@ def build_tuner(
         SweepRecords(paths, keep, sweep.metric, sweep.mode),
         TensorBoardEvents(),
         *([MlflowTrials(sweep, paths)] if sweep.tracking.mlflow.enabled else []),
-        *([ProgressCallback()] if reporter is not None else []),
+        *([ProgressCallback(paths)] if reporter is not None else []),
+        StallWatch(paths, sweep.trials.stall_timeout_s),
     ]
     lend = sweep.scaling.lend_spare_cores and setup.direct and not use_gpu and not streamed
     if lend and not paths.remote and not sweep.own_loop:

@@ -23,6 +23,8 @@ from tuner.folder.records import (
     keep_state_copy,
     kept_checkpoints,
     prune_checkpoints,
+    read_timeline,
+    stall_reasons,
     state_saved_at,
 )
 from tuner.folder.store import LENT_CORES_FILE, SweepFolder, current, read_json_lines, write_atomic
@@ -148,6 +150,21 @@ class SpareCores(Callback):
         return lend(running, self.own, spare)
 
 
+def failure_reason(paths: SweepFolder | None, trial: Any) -> str:
+    """Why a trial failed, in one line: the stall watchdog's reason, else the last exception
+    line of Tune's error file for it."""
+    from tuner.results.summaries import error_reason
+
+    stalled = stall_reasons(read_timeline(current(paths))).get(trial.trial_id) if paths is not None else None
+    if stalled:
+        return stalled
+    try:
+        with open(trial.error_file, errors="replace") as text:  # every failure so far: the last is this one
+            return error_reason(text.read().rpartition("Failure # ")[2])
+    except (OSError, TypeError):  # no file (a trial at a URI keeps it there)
+        return ""
+
+
 def lend(running: list[str], own: int, spare: int) -> dict[str, int]:
     """The spare cores shared out over the running trials, the first ones taking any left
     over; {} when there is nothing to share."""
@@ -159,8 +176,13 @@ def lend(running: list[str], own: int, spare: int) -> dict[str, int]:
 
 
 class ProgressCallback(Callback):
-    """A Tune callback (in the driver) feeding the reporter shown now. It holds no state:
-    Tune pickles its callbacks with the sweep, and a resumed sweep gets this one back."""
+    """A Tune callback (in the driver) feeding the reporter shown now. It holds no state
+    but the folder: Tune pickles its callbacks with the sweep, and a resumed sweep gets
+    this one back. A failed trial is one line with its reason; Ray's traceback stays in
+    the trial's error file (and on the console with --verbose)."""
+
+    def __init__(self, paths: SweepFolder | None = None) -> None:
+        self.paths = paths
 
     def on_trial_start(self, iteration, trials, trial, **info):
         if reporter := showing():
@@ -176,7 +198,12 @@ class ProgressCallback(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         if reporter := showing():
-            reporter.ended(trials, trial, errored=True)
+            reporter.ended(trials, trial, errored=True, reason=failure_reason(getattr(self, "paths", None), trial))
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        if reporter := showing():
+            retries = trial.run_metadata.num_failures, trial.max_failures
+            reporter.retrying(trials, trial, failure_reason(getattr(self, "paths", None), trial), *retries)
 
     def on_step_end(self, iteration, trials, **info):
         if reporter := showing():

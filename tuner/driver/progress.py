@@ -225,7 +225,7 @@ class Reporter:
         if better and not self.live_mode:  # the live view shows the best itself
             self.say(better)
 
-    def ended(self, trials: list[Any], trial: Any, errored: bool = False) -> None:
+    def ended(self, trials: list[Any], trial: Any, errored: bool = False, reason: str = "") -> None:
         self.progress.observe(trials)
         if trial.trial_id in self.progress.completed and not errored:
             return  # said already (a trial HyperBand let go is stopped again: tuner/spec/hyperband.py)
@@ -234,11 +234,19 @@ class Reporter:
         if self.live_mode and not errored:  # counted in the view; an error is printed above it
             return
         if errored:
-            self.say(f"trial {trial.trial_id} errored at epoch {epoch + 1}")
+            self.say(f"trial {trial.trial_id} errored at epoch {epoch + 1}{': ' + reason if reason else ''}")
         elif epoch >= self.progress.max_epochs:
             self.say(f"trial {trial.trial_id} finished: {epoch} epochs")
         else:
             self.say(f"trial {trial.trial_id} stopped early after epoch {epoch} by the scheduler")
+
+    def retrying(self, trials: list[Any], trial: Any, reason: str, retry: int, retries: int) -> None:
+        """A trial that failed and starts again from its last checkpoint (trials.max_failures)."""
+        self.progress.observe(trials)
+        self.say(
+            f"trial {trial.trial_id} failed at epoch {_epoch(trial) + 1}: {reason}; "
+            f"retrying from its last checkpoint ({retry} of {retries})"
+        )
 
 
 def show(text: str, stream: TextIO | None = None) -> bool:

@@ -66,16 +66,28 @@ def stop_cleanly_on_ctrl_c():
 def ray_output(verbose: bool) -> Iterator[None]:
     """Tune's own output only with --verbose. Its new output engine prints a config box
     and a TensorBoard hint (a temporary folder) even at verbose=0; the legacy engine, at
-    verbosity 0, prints nothing. RAY_AIR_NEW_OUTPUT is read when fit() starts."""
+    verbosity 0, prints nothing. Both variables are read when fit() starts."""
     if verbose:
         yield
         return
-    before = os.environ.get("RAY_AIR_NEW_OUTPUT")
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    # A failed trial is tuner's one line with its reason (driver.callbacks.ProgressCallback);
+    # Tune's 40-line traceback stays in the trial's error file. Read when fit() starts.
+    quiet = {"RAY_AIR_NEW_OUTPUT": "0", "TUNE_PRINT_ALL_TRIAL_ERRORS": "0"}
+    before = {name: os.environ.get(name) for name in quiet}
+    os.environ.update(quiet)
+    # "Trials did not complete: [...]" (tuner's summary counts them, with reasons) and a
+    # retried trial's "Remote file not found: .../result.json" (its first start wrote none).
+    loggers = {logging.getLogger(name): logging.CRITICAL for name in ("ray.tune.tune", "ray.tune.logger")}
+    levels = {logger: logger.level for logger in loggers}
+    for logger, level in loggers.items():
+        logger.setLevel(level)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
-        else:
-            os.environ["RAY_AIR_NEW_OUTPUT"] = before
+        for logger, level in levels.items():
+            logger.setLevel(level)
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

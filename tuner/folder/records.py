@@ -133,6 +133,18 @@ def read_timeline(paths: SweepFolder) -> list[dict[str, Any]]:
     return read_json_lines(paths.timeline)
 
 
+def stall_reasons(events: list[dict[str, Any]]) -> dict[str, str]:
+    """Trial id -> why the stall watchdog (tuner/driver/stalls.py) stopped it last, for the
+    trials not started again since: the reason their latest failure had."""
+    reasons: dict[str, str] = {}
+    for event in events:
+        if event.get("event") == "stall":
+            reasons[event["trial_id"]] = str(event.get("reason", "stalled"))
+        elif event.get("event") == "start":
+            reasons.pop(event["trial_id"], None)
+    return reasons
+
+
 def write_data_description(paths: SweepFolder, description: dict[str, Any]) -> None:
     write_atomic(paths.data_description, json.dumps(description, indent=2))
 

@@ -116,7 +116,9 @@ def trial_summaries(
     already (a thousand trials' files take a quarter of a second to read)."""
     saved = saved_trials(sweep, paths)
     histories = records.trial_histories(paths) if histories is None else histories
-    last_event = {event["trial_id"]: event["event"] for event in records.read_timeline(paths)}
+    timeline = records.read_timeline(paths)
+    last_event = {event["trial_id"]: event["event"] for event in timeline if event["event"] != "stall"}
+    stalled = records.stall_reasons(timeline)
     running: bool | None = None  # whether a sweep holds the folder now; asked once, if needed
     summaries = []
     for trial in saved:
@@ -143,7 +145,7 @@ def trial_summaries(
                 best_epoch=best.epoch if best else None,
                 best_value=best.value if best else None,
                 last=rows[-1] if rows else {},
-                error=_error_reason(trial) if tune_status == "ERROR" else "",
+                error=(stalled.get(trial.trial_id) or _error_reason(trial)) if tune_status == "ERROR" else "",
             )
         )
     return summaries
@@ -164,7 +166,12 @@ def _error_reason(saved: _SavedTrial) -> str:
                 text = stream.read().decode(errors="replace")
     except OSError:
         text = ""
-    if not text:
+    return error_reason(text)
+
+
+def error_reason(text: str) -> str:
+    """One line of a Tune error file (or an error's text): its last exception line."""
+    if not text.strip():
         return "(Tune recorded no reason)"
     lines = [line.strip() for line in text.splitlines() if re.match(r"^[\w.]+(Error|Exception)\b", line.strip())]
     reason = lines[-1] if lines else (text.strip().splitlines() or [""])[-1]

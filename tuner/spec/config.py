@@ -399,6 +399,10 @@ class TrialsConfig(Strict):
     max_concurrent: int | None = Field(None, ge=1)  # None: as many as resources allow
     time_budget_s: float | None = Field(None, gt=0)  # the sweep's wall-clock budget (Tune's)
     max_failures: int = Field(0, ge=0)  # retries per trial, from its last checkpoint
+    # A running trial that reports nothing for this long is stopped as stalled (its threads'
+    # stacks kept in its folder) and retried under max_failures; "auto": several times the
+    # slowest epoch seen so far, never under a floor; null: never (tuner/driver/stalls.py).
+    stall_timeout_s: Literal["auto"] | Annotated[float, Field(gt=0)] | None = "auto"
 
 
 class ScalingConfig(Strict):

@@ -82,12 +82,23 @@ class MlflowTrials(Callback):
         self._end(trial, status)
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        self._tag_stall(trial)
         self._end(trial, "errored")
+
+    def _tag_stall(self, trial: Any) -> None:
+        """A trial the stall watchdog stopped (tuner/driver/stalls.py): its run says so and why."""
+        reason = records.stall_reasons(records.read_timeline(store.current(self.paths))).get(trial.trial_id)
+        if reason:
+            tag = lambda trial_id, config: self.record.client.set_tag(
+                self.record.trial_run(trial_id, config), "tuner.stalled", reason
+            )
+            self._then(tag, trial.trial_id, dict(trial.config))
 
     def _end(self, trial: Any, status: str) -> None:
         self._then(lambda *args: self.record.end_trial(*args), trial.trial_id, dict(trial.config), status)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
+        self._tag_stall(trial)
         self._then(self._retrying, trial.trial_id, dict(trial.config))
 
     def _retrying(self, trial_id: str, config: dict[str, Any]) -> None:

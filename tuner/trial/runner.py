@@ -63,6 +63,9 @@ class TrialSetup:
     code: CodeSnapshot | None = None  # the user's code folder, shipped to every trial
     trials_dir: str | None = None  # the sweep's tune/ folder, where every node sees it (None at a URI)
     measure_latency: bool = False  # latency_ms is an objective: time inference after each epoch
+    # trials.stall_timeout_s as a number: also how long a DDP rank waits in a collective
+    # (torch.distributed's timeout) before it raises; None: Ray Train's own (30 min)
+    collective_timeout_s: float | None = None
 
 
 # A trial's CPUs are reserved by Tune, one bundle per worker in the trial's placement
@@ -190,7 +193,10 @@ def _fit_torch_trainer(loop: LoopSettings, setup: TrialSetup, trial_id: str) -> 
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"loop": loop},  # Train takes a dict
-        torch_config=TorchConfig(backend="nccl" if setup.use_gpu and not setup.hooks.train_on_cpu else "gloo"),
+        torch_config=TorchConfig(
+            backend="nccl" if setup.use_gpu and not setup.hooks.train_on_cpu else "gloo",
+            **({"timeout_s": max(1, int(setup.collective_timeout_s))} if setup.collective_timeout_s else {}),
+        ),
         scaling_config=ray.train.ScalingConfig(
             num_workers=setup.workers,
             use_gpu=setup.use_gpu,

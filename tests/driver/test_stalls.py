@@ -1,0 +1,149 @@
+"""A sweep never stalls on a trial gone silent, and a failed trial is one line: a user's
+training function, in a folder tuner never saw, that reports and then blocks for ever (as
+a stuck DataLoader worker or a lost mount does), run as a user runs it (``python -m tuner``
+in a subprocess, a local Ray of its own)."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from integration_helpers import data_root, tuner_cli
+
+from tuner.driver.stalls import AUTO_FACTOR, AUTO_FLOOR_S, StallWatch, limit_s
+from tuner.folder.records import read_timeline, stall_reasons, trial_histories
+from tuner.folder.store import SweepFolder
+
+HANGING = textwrap.dedent(
+    """
+    import threading
+    import time
+
+    MODES = {0.1: "never", 0.2: "once", 0.3: "always", 0.4: "raises"}
+
+
+    def train(params, context):
+        mode = MODES[params["x"]]
+        for epoch in range(context.start_epoch, context.max_epochs):
+            time.sleep(0.2)
+            if mode == "raises" and epoch + 1 == 2:
+                raise ValueError("the labels file is empty")
+            folder = context.trial_dir / "state"
+            folder.mkdir(exist_ok=True)
+            (folder / "epoch").write_text(str(epoch + 1))
+            context.report({"score": params["x"] * (epoch + 1)}, checkpoint=folder)
+            # "once": only before its first retry; "always": after the first report of every start
+            if mode == "always" and epoch == context.start_epoch or mode == "once" and context.checkpoint is None:
+                wait_for_the_lost_mount()
+
+
+    def wait_for_the_lost_mount():
+        threading.Event().wait()
+    """
+)
+
+
+def test_limit_is_fixed_off_or_generous_and_adaptive():
+    assert limit_s(None, 100.0) is None
+    assert limit_s(20, 1000.0) == 20.0
+    assert limit_s("auto", 0.0) == AUTO_FLOOR_S  # no epoch seen yet: the floor
+    assert limit_s("auto", 1000.0) == AUTO_FACTOR * 1000.0
+
+
+def test_a_stall_is_the_reason_until_the_trial_starts_again():
+    events = [
+        {"trial_id": "a", "event": "start"},
+        {"trial_id": "a", "event": "stall", "reason": "stalled: no report for 9 s after epoch 1"},
+        {"trial_id": "b", "event": "stall", "reason": "stalled: no report for 9 s after epoch 2"},
+        {"trial_id": "b", "event": "recover"},
+        {"trial_id": "b", "event": "start"},
+    ]
+    assert stall_reasons(events) == {"a": "stalled: no report for 9 s after epoch 1"}
+
+
+def test_the_watchdog_starts_its_clocks_anew_after_a_resume():
+    watch = StallWatch(SweepFolder(Path("runs/x")), 20.0)
+    watch.last["t1"], watch.slowest = (1.0, 3), 50.0
+    import cloudpickle
+
+    restored = cloudpickle.loads(cloudpickle.dumps(watch))
+    assert restored.last == {} and restored.slowest == 0.0 and restored.setting == 20.0
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_a_hung_function_is_stopped_with_its_stacks_retried_and_the_sweep_ends_by_itself(tmp_path, ray_tmp):
+    code = tmp_path / "my_project"
+    code.mkdir()
+    (code / "hangs.py").write_text(HANGING)
+    sweep_file = code / "hangs.yaml"
+    sweep_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": "hangs",
+                "output_dir": str(tmp_path / "runs"),
+                "trainable": "hangs:train",
+                "metric": "score",
+                "mode": "max",
+                "train": {"epochs": 3},
+                "space": {"params": {"x": {"grid": [0.1, 0.2, 0.3, 0.4]}}},
+                "scheduler": {"name": "fifo"},
+                "trials": {"num_samples": 1, "max_failures": 1, "stall_timeout_s": 6},
+            },
+            sort_keys=False,
+        )
+    )
+    done = tuner_cli("sweep", str(sweep_file), env={"RAY_TMPDIR": str(ray_tmp), "TUNER_DATA_DIR": str(data_root())})
+    console = done.stdout + done.stderr
+    assert done.returncode == 0, console[-4000:]
+    root = tmp_path / "runs" / "hangs"
+    histories = trial_histories(SweepFolder(root))
+    by_mode = {round(rows[0]["score"], 3): trial for trial, rows in histories.items()}
+    never, once, always, raises = (by_mode[x] for x in (0.1, 0.2, 0.3, 0.4))
+    epochs = {trial: [row["epoch"] for row in rows] for trial, rows in histories.items()}
+    assert epochs[never] == [1, 2, 3]
+    assert epochs[once] == [1, 2, 3]  # stopped after epoch 1, retried from that checkpoint, finished
+    assert epochs[always] == [1, 2]  # stopped after epoch 1, retried, stopped after epoch 2: out of retries
+    assert epochs[raises] == [1]
+
+    # the stacks, taken before the kill, show the line it hung on
+    for trial, stalls in ((once, 1), (always, 2)):
+        [stacks] = root.glob(f"tune/*{trial}*/stall-stacks.txt")
+        text = stacks.read_text()
+        assert text.count(f"trial {trial} stalled: no report for") == stalls, text[:2000]
+        assert "wait_for_the_lost_mount (hangs.py" in text, text[:3000]
+    assert not list(root.glob(f"tune/*{never}*/stall-stacks.txt"))
+
+    # one line per failure, with its reason; no Ray traceback on the console
+    assert re.search(
+        rf"trial {once} failed at epoch 2: stalled: no report for \d+ s after epoch 1; its threads' stacks: "
+        rf"tune/[^ ]*{once}[^ ]*/stall-stacks.txt; retrying from its last checkpoint \(1 of 1\)",
+        console,
+    ), console[-4000:]
+    assert re.search(rf"trial {always} errored at epoch 3: stalled: no report for \d+ s after epoch 2", console)
+    assert re.search(rf"trial {raises} errored at epoch 2: ValueError: the labels file is empty", console)
+    assert "Traceback" not in console and "Trial task failed" not in console, console[-4000:]
+
+    # status and MLflow say which trials stalled
+    status = tuner_cli("status", str(root))
+    assert re.search(rf"{always}\s+errored\b", status.stdout), status.stdout
+    assert re.search(rf"{once}\s+finished\s+3\b", status.stdout), status.stdout
+    assert "stalled: no report for" in status.stdout, status.stdout
+    assert set(stall_reasons(read_timeline(SweepFolder(root)))) == {always}
+    from mlflow.tracking import MlflowClient
+
+    state = json.loads((root / "mlflow.json").read_text())
+    client = MlflowClient(state["tracking_uri"])
+    runs = {
+        r.data.tags["tuner.trial_id"]: r
+        for r in client.search_runs([state["experiment_id"]], "")
+        if "tuner.trial_id" in r.data.tags
+    }
+    assert runs[always].info.status == "FAILED"
+    assert runs[always].data.tags["tuner.stalled"].startswith("stalled: no report for")
+    assert runs[once].info.status == "FINISHED" and "tuner.stalled" in runs[once].data.tags  # it stalled once
+    assert "tuner.stalled" not in runs[never].data.tags

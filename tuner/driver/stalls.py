@@ -1,0 +1,192 @@
+"""The stall watchdog: a running trial that reports nothing for too long is stopped.
+
+Ray Tune's stoppers and schedulers act only when a trial reports, so a trial stuck in a
+DataLoader worker, a deadlocked collective or a lost mount held a sweep for ever. This
+Tune callback (in the driver) watches the time since each running trial's last report;
+past ``trials.stall_timeout_s`` it takes the stacks of the trial's process and of the
+processes it started (py-spy, shipped with ``ray[default]``, on the trial's own node)
+into ``stall-stacks.txt`` in the trial's folder, records the stall in the timeline, and
+kills the trial's process. Tune then counts the death against ``trials.max_failures``:
+the trial is retried from its last checkpoint or ends errored, and the sweep goes on.
+
+``auto`` is generous and adapts: ``AUTO_FACTOR`` times the longest time between two
+reports (or from a trial's start to its first) seen so far in this sweep, never under
+``AUTO_FLOOR_S`` (a first epoch loads data and compiles).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from tuner.folder.records import append_timeline
+from tuner.folder.store import SweepFolder, current
+
+AUTO_FLOOR_S = 600.0
+AUTO_FACTOR = 5.0
+STACKS_FILE = "stall-stacks.txt"
+DUMP_TIMEOUT_S = 30.0
+
+
+def limit_s(setting: str | float | None, slowest_s: float) -> float | None:
+    """How long a running trial may go without a report; None: for ever."""
+    if setting is None:
+        return None
+    if setting == "auto":
+        return max(AUTO_FLOOR_S, AUTO_FACTOR * slowest_s)
+    return float(setting)
+
+
+class StallWatch(Callback):
+    """A Tune callback (in the driver) that stops trials gone silent (see the module)."""
+
+    EVERY_S = 1.0
+
+    def __init__(self, paths: SweepFolder, setting: str | float | None) -> None:
+        self.paths, self.setting = paths, setting
+        self.last: dict[str, tuple[float, int]] = {}  # trial id -> (monotonic time of its last sign, epoch)
+        self.slowest = 0.0  # the longest time between two reports seen in this run
+        self.killed: set[str] = set()  # stopped, the death not yet handled by Tune
+        self.next_look = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:  # pickled with the sweep: a resume starts its clocks anew
+        return {**self.__dict__, "last": {}, "slowest": 0.0, "killed": set(), "next_look": 0.0}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.last[trial.trial_id] = (time.monotonic(), _epoch(trial))
+        self.killed.discard(trial.trial_id)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        now = time.monotonic()
+        since, _ = self.last.get(trial.trial_id, (now, 0))
+        self.slowest = max(self.slowest, now - since)
+        self.last[trial.trial_id] = (now, int(result.get("training_iteration", 0)))
+
+    def _forget(self, trial: Any) -> None:
+        self.last.pop(trial.trial_id, None)
+        self.killed.discard(trial.trial_id)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._forget(trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._forget(trial)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        self._forget(trial)
+
+    def on_step_end(self, iteration, trials, **info):
+        if self.setting is None or time.monotonic() < self.next_look:
+            return
+        now = self.next_look = time.monotonic()
+        self.next_look += self.EVERY_S
+        limit = limit_s(self.setting, self.slowest)
+        for trial in trials:
+            if trial.status != "RUNNING":  # paused, waiting for resources, ended: no clock
+                self.last.pop(trial.trial_id, None)
+                continue
+            since, epoch = self.last.setdefault(trial.trial_id, (now, _epoch(trial)))
+            if now - since > limit and trial.trial_id not in self.killed:
+                self.stop(trial, now - since, epoch)
+
+    def stop(self, trial: Any, silent_s: float, epoch: int) -> None:
+        """Keep the stacks of the trial's processes, record why, and kill its process."""
+        import ray
+
+        self.killed.add(trial.trial_id)
+        after = f"after epoch {epoch}" if epoch else "before its first epoch"
+        reason = f"stalled: no report for {silent_s:.0f} s {after}"
+        actor = trial.temporary_state.ray_actor
+        folder = current(self.paths).tune / Path(trial.path).name
+        where = f"{self.paths.tune.name}/{folder.name}/{STACKS_FILE}"
+        stacks = _stacks_of(actor) if actor is not None else "(the trial had no process)"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / STACKS_FILE, "a") as out:
+                out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} trial {trial.trial_id} {reason}\n{stacks}\n")
+            reason += f"; its threads' stacks: {where}"
+        except OSError as error:
+            reason += f" (its stacks could not be written: {error})"
+        # (The console's line comes when Tune handles the death: driver.callbacks.ProgressCallback.)
+        append_timeline(current(self.paths), trial.trial_id, "stall", reason=reason, epoch=epoch)
+        if actor is not None:
+            ray.kill(actor, no_restart=True)  # Tune sees the death: a retry, or an errored trial
+
+
+def _epoch(trial: Any) -> int:
+    return int((trial.last_result or {}).get("training_iteration", 0) or 0)
+
+
+def _stacks_of(actor: Any) -> str:
+    """py-spy's dump of the actor's process and its children, taken on its node."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    try:
+        from ray.util.state import get_actor
+
+        state = get_actor(actor._actor_id.hex(), timeout=10)
+    except Exception as error:  # noqa: BLE001 - the state API is best effort here
+        return f"(the trial's process could not be found: {type(error).__name__}: {error})"
+    if state is None or not state.pid:
+        return "(the trial's process could not be found)"
+    if state.node_id == ray.get_runtime_context().get_node_id():
+        return process_stacks(state.pid)
+    dump = ray.remote(num_cpus=0)(process_stacks).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(state.node_id, soft=False)
+    )
+    try:
+        return ray.get(dump.remote(state.pid), timeout=DUMP_TIMEOUT_S)
+    except Exception as error:  # noqa: BLE001
+        return f"(the stacks of process {state.pid} on node {state.node_id[:8]} could not be taken: {error})"
+
+
+def process_stacks(pid: int) -> str:
+    """Every thread's Python stack in process ``pid`` and the processes under it (py-spy),
+    as text, a line saying why where one cannot be read; then the processes under it are
+    killed (a user's command that ignores SIGTERM would outlive its killed trial)."""
+    import psutil
+
+    try:
+        return _dump(pid)
+    finally:
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+
+
+def _dump(pid: int) -> str:
+    import psutil
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    try:
+        processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error as error:
+        return f"(process {pid}: {error})"
+    parts = []
+    for process in processes:
+        try:
+            shown = " ".join(process.cmdline()).strip()[:200]  # (Ray pads its workers' titles)
+        except psutil.Error:
+            shown = "?"
+        head = f"--- process {process.pid}: {shown}"
+        if not os.path.exists(spy):
+            parts.append(f"{head}\n(py-spy is not installed on this node)")
+            continue
+        try:
+            done = subprocess.run(
+                [spy, "dump", "--pid", str(process.pid)], capture_output=True, text=True, timeout=DUMP_TIMEOUT_S
+            )
+            parts.append(f"{head}\n{done.stdout.strip() or done.stderr.strip()}")
+        except (OSError, subprocess.TimeoutExpired) as error:
+            parts.append(f"{head}\n(py-spy: {error})")
+    return "\n".join(parts)
