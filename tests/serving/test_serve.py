@@ -89,6 +89,12 @@ class Service:
     def process_children(self) -> list[psutil.Process]:
         return psutil.Process(self.process.pid).children(recursive=True)
 
+    def stop_by_group_signal(self, timeout_s: float = 30.0) -> str:
+        """SIGTERM to every process of the service's group, as a pod's stop sends it."""
+        os.killpg(self.process.pid, signal.SIGTERM)
+        output, _ = self.process.communicate(timeout=timeout_s)
+        return output
+
     def stop(self) -> str:
         done = tuner_cli("serve", "--stop", "--port", str(self.port), timeout=120)
         assert done.returncode == 0, done.stderr
@@ -345,4 +351,11 @@ def test_a_model_from_a_users_factory_serves_from_its_export(export, tmp_path):
         assert status == 200 and [p["class"] for p in answer["predictions"]] == expected.tolist()
         assert answer["trial_id"] == "trial_own"
     finally:
-        running.stop()
+        said = running.stop_by_group_signal()
+    # SIGTERM to the whole process group (a pod's stop, Slurm's scancel): the service ends
+    # cleanly, its own Ray too, with no Ray error line
+    assert running.process.returncode == 0 and "service stopped" in said, said
+    assert "GCS" not in said and "rpc_client" not in said, said
+    time.sleep(2)
+    left = [p for p in running.tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, [" ".join(p.cmdline())[:120] for p in left]

@@ -5,9 +5,11 @@ every node seeing the sweep folder). Light to import: Ray itself is imported ins
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from tuner.errors import TunerError
 from tuner.folder import remote
 from tuner.folder.records import read_timeline
 from tuner.folder.store import SweepFolder, in_use, write_atomic
+from tuner.invocation import tuner_command
 from tuner.results.summaries import UNDONE, TrialSummary
 from tuner.spec.config import SweepConfig
 from tuner.spec.shipped import PACKAGE_DIR
@@ -53,8 +56,32 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
         return False
     # "local": a Ray of our own, never one that `ray start` (or a crashed cluster, through
     # its stale /tmp/ray/ray_current_cluster) left on this machine.
-    ray.init(address="local", include_dashboard=True, dashboard_host="127.0.0.1", **common)
+    with ray_in_its_own_session():
+        ray.init(address="local", include_dashboard=True, dashboard_host="127.0.0.1", **common)
     return True
+
+
+@contextlib.contextmanager
+def ray_in_its_own_session() -> Iterator[None]:
+    """Ray's processes (GCS, raylet, dashboard) started in a session of their own, out of the
+    command's process group: a SIGTERM or SIGINT sent to the whole group (Slurm's
+    ``scancel``, a pod's stop, ``timeout``, a terminal) reaches tuner, which stops the trials
+    and saves the sweep with Ray still up, then stops Ray itself. Before, the GCS died with
+    the signal and the driver waited 60 s for it. They still die with the command: Ray
+    starts them with the kernel's parent-death signal (``ray.shutdown`` or not)."""
+    from ray._private import services
+
+    plain = services.ConsolePopen
+
+    class OwnSession(plain):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "start_new_session": True})
+
+    services.ConsolePopen = OwnSession
+    try:
+        yield
+    finally:
+        services.ConsolePopen = plain
 
 
 def _trial_modules() -> dict[str, Any]:
@@ -183,13 +210,14 @@ def how_to_continue(sweep: SweepConfig, paths: SweepFolder, summaries: list[Tria
         return None
     last_run = next((e for e in reversed(read_timeline(paths)) if e.get("event") == "run"), {})
     cluster = last_run.get("cluster")
+    tuner = tuner_command()
     if cluster is None:
-        return f"not running: continue it with: python -m tuner resume {folder}"
-    as_job = f"python -m tuner submit {folder} --address http://HEAD:8265"
+        return f"not running: continue it with: {tuner} resume {folder}"
+    as_job = f"{tuner} submit {folder} --address http://HEAD:8265"
     if answers(cluster):
-        resume = f"python -m tuner resume {folder} --address {cluster}"
+        resume = f"{tuner} resume {folder} --address {cluster}"
         return f"not running: continue it on its cluster: {resume} (or {as_job})"
     return (
         f"not running, and its cluster {cluster} does not answer (its head node is gone?): start a cluster, then "
-        f"resume it with: python -m tuner resume {folder} --address HEAD:6379 (or {as_job})"
+        f"resume it with: {tuner} resume {folder} --address HEAD:6379 (or {as_job})"
     )
