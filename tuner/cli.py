@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import yaml
 
 from tuner.errors import TunerError
+from tuner.invocation import tuner_command
 
 EXIT_USER_ERROR = 2
 
@@ -220,8 +221,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     address = f" --address {job.address}" if job.address else ""
     print(f"submitted job {job.job_id} to {job.address or 'the cluster'}: {job.entrypoint}")
     print(f"  follow:  ray job logs --follow {job.job_id}{address}")
-    print(f"  list:    python -m tuner jobs{address}")
-    print(f"  stop:    python -m tuner stop {job.job_id}{address}   (the sweep saves its state; resume continues it)")
+    print(f"  list:    {tuner_command()} jobs{address}")
+    print(f"  stop:    {tuner_command()} stop {job.job_id}{address}   (the sweep saves its state; resume continues it)")
     print(f"  results: in {job.output_dir}/ on the cluster's storage (tuner jobs names the sweep's folder)")
     if args.follow:
         return jobs.follow(job.job_id, args.address or job.address or None, **_cluster_timeout(args))
@@ -248,7 +249,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     status = jobs.stop(args.job_id, args.address, wait=not args.no_wait)
     print(f"job {args.job_id}: {status}")
     if status == "STOPPED":
-        print("  its sweep saved its state: continue it with 'python -m tuner resume FOLDER' or submit FOLDER")
+        print(f"  its sweep saved its state: continue it with '{tuner_command()} resume FOLDER' or submit FOLDER")
     return 0
 
 
@@ -386,7 +387,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(f"  not logged to MLflow: {reason}", file=sys.stderr)
             return 0
         if run:
-            print(f"  logged to MLflow: run {run}, artifacts {where}/ (see python -m tuner ui {args.folder})")
+            print(f"  logged to MLflow: run {run}, artifacts {where}/ (see {tuner_command()} ui {args.folder})")
     return 0
 
 
@@ -493,10 +494,11 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bo
         why = "a --smoke run" if smoke else "tracking.mlflow.registry: false"
         print(f"  MLflow: {tracking_uri(sweep)}, model logged on the sweep's run, not registered ({why})")
     where = paths.where if paths.remote else _shown(paths.root)
-    print(f"  look further: python -m tuner report {where}   (plots of the sweep in one HTML page)")
+    tuner, indent = tuner_command(), " " * len("  look further: ")
+    print(f"  look further: {tuner} report {where}   (plots of the sweep in one HTML page)")
     if not paths.remote:
-        print(f"                python -m tuner ui {_shown(paths.root.parent)}   (TensorBoard and MLflow UIs)")
-    print(f"                python -m tuner status {where}")
+        print(f"{indent}{tuner} ui {_shown(paths.root.parent)}   (TensorBoard and MLflow UIs)")
+    print(f"{indent}{tuner} status {where}")
 
 
 def _test_score(metrics: dict[str, Any], sweep: Any) -> str:
@@ -572,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if not isinstance(error, SweepInterrupted):
             raise
-        print(f"tuner: {error}; continue it with: python -m tuner resume {error.folder}", file=sys.stderr)
+        print(f"tuner: {error}; continue it with: {tuner_command()} resume {error.folder}", file=sys.stderr)
         return 130
 
 

@@ -21,6 +21,7 @@ from integration_helpers import (
 
 from tuner.folder.records import trial_histories
 from tuner.folder.store import SweepFolder
+from tuner.invocation import tuner_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
@@ -119,7 +120,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, ray_tmp):
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 130, stderr[-3000:]
-    assert f"python -m tuner resume {root}" in stderr
+    assert f"{tuner_command()} resume {root}" in stderr
     assert "Tuner.restore" not in stdout + stderr  # Tune's advice, not tuner's
     (summary,) = re.findall(r"^\[ *\S+\] it \d/3 done.*$", stdout, re.M)  # the progress's last line
     assert "interrupted" in summary and "stopped early" not in summary, summary

@@ -14,6 +14,7 @@ import yaml
 from integration_helpers import s3_server, small_sweep, start_sweep, tuner_cli
 
 from tuner.folder import remote
+from tuner.invocation import tuner_command
 
 pytestmark = pytest.mark.integration
 BUCKET = "tuner-test"  # s3_server's
@@ -75,7 +76,7 @@ def test_a_sweep_at_an_s3_uri_is_interrupted_resumed_read_and_exported_from_ther
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 130, stderr[-3000:]
     assert f"  output: {folder}" in stdout
-    assert f"python -m tuner resume {folder}" in stderr
+    assert f"{tuner_command()} resume {folder}" in stderr
     files = remote.list_files(folder)
     assert "sweep.yaml" in files and "mlflow.json" in files and "timeline.jsonl" in files
     assert any(f.startswith("tune/experiment_state") for f in files)

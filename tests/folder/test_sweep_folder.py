@@ -24,6 +24,7 @@ from integration_helpers import data_root, mlflow_children, small_sweep, start_s
 
 from tuner.folder.records import STATE_COPY_SUFFIX, best_epoch, trial_histories
 from tuner.folder.store import SweepFolder
+from tuner.invocation import tuner_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
@@ -120,8 +121,8 @@ def test_the_same_sweep_twice_gets_a_folder_of_its_own_and_mixes_nothing(finishe
         assert re.search(rf"trial {trial_id} (finished: 2 epochs|stopped early after epoch 1)", again.stdout)
     assert re.search(r"^\[ *\d+s\] best so far: ", again.stdout, re.M)
     assert re.search(r"^\[ *\d+s\] it 2/2 done: ", again.stdout, re.M)
-    assert f"look further: python -m tuner report {second}" in again.stdout
-    assert f"python -m tuner status {second}" in again.stdout
+    assert f"look further: {tuner_command()} report {second}" in again.stdout  # the command that works here
+    assert f"{tuner_command()} status {second}" in again.stdout
     noises = ("Trial status:", "\u256d", "tensorboard --logdir", "Token authentication is enabled", "Add type hints")
     for noise in (*noises, "Successfully registered model", "INFO mlflow", "Downloading artifacts"):
         assert noise not in again.stdout + again.stderr, noise
@@ -192,7 +193,7 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_resume_finishes_it(tmp_path
     root = small_disk / "runs" / "it"
     env = {"RAY_TMPDIR": str(ray_tmp)}
     line = _ends_in_one_line_error(tuner_cli("sweep", str(sweep_file), env=env))
-    assert "No space left on device" in line and f"python -m tuner resume {root}" in line, line
+    assert "No space left on device" in line and f"{tuner_command()} resume {root}" in line, line
     recorded = trial_histories(SweepFolder(root))  # what was recorded is whole
     assert [[row["epoch"] for row in rows] for rows in recorded.values()] == [[1]], recorded
 

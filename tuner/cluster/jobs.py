@@ -26,6 +26,7 @@ from typing import Any
 from tuner.cluster.connect import CLUSTER_TIMEOUT_S
 from tuner.errors import TunerError
 from tuner.folder.remote import is_remote, same_on_every_node
+from tuner.invocation import tuner_command
 from tuner.spec.config import SweepConfig, load_sweep, resolve_sweep_path
 from tuner.spec.own_code import uses_own_code
 from tuner.spec.shipped import JOB_CODE, JOB_FILES, PACKAGE_DIR, registry_dir
@@ -61,7 +62,7 @@ def client(address: str | None) -> Any:
         raise TunerError(
             f"cannot reach the Ray dashboard at {where} ({_first_line(error)}): the cluster is down or this is not "
             "its address (--address http://HEAD:8265); a sweep it ran keeps its state in its folder: on a new "
-            "cluster, resume it with: python -m tuner submit FOLDER --address http://HEAD:8265"
+            f"cluster, resume it with: {tuner_command()} submit FOLDER --address http://HEAD:8265"
         ) from None
 
 
@@ -220,7 +221,7 @@ def follow(job_id: str, address: str | None, cluster_timeout_s: float = CLUSTER_
     try:
         asyncio.run(tail())
     except KeyboardInterrupt:
-        print(f"\nstopped following; the job goes on. Stop it with: python -m tuner stop {job_id}", flush=True)
+        print(f"\nstopped following; the job goes on. Stop it with: {tuner_command()} stop {job_id}", flush=True)
         return 130
     info = _wait_for_end(jobs, job_id, timeout_s=cluster_timeout_s)
     code = getattr(info, "driver_exit_code", None)

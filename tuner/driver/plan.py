@@ -11,6 +11,7 @@ from typing import Any
 from tuner.errors import TunerError
 from tuner.folder import remote
 from tuner.folder.store import SweepFolder
+from tuner.invocation import tuner_command
 from tuner.spec.config import SweepConfig
 
 DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation for the trial driver process
@@ -122,4 +123,4 @@ def earlier_run_note(sweep: SweepConfig, paths: SweepFolder) -> list[str]:
         finished = (earlier / "best" / "metrics.json").is_file()
     if finished:
         return [f"  ({earlier} holds an earlier, finished run of this sweep, kept as it is)"]
-    return [f"  ({earlier} holds an earlier run, kept as it is; 'python -m tuner resume {earlier}' continues it)"]
+    return [f"  ({earlier} holds an earlier run, kept as it is; '{tuner_command()} resume {earlier}' continues it)"]

@@ -32,6 +32,7 @@ from tuner.driver.warm_start import earlier_trials
 from tuner.errors import TunerError
 from tuner.folder import records, remote, store
 from tuner.folder.store import SweepFolder, SweepLock, release_unused, write_atomic
+from tuner.invocation import tuner_command
 from tuner.spec.config import SweepConfig
 from tuner.spec.searchers import Evaluated
 
@@ -147,7 +148,7 @@ def _check_extendable(sweep: SweepConfig, paths: SweepFolder) -> None:
     if undone:
         raise TunerError(
             f"{paths.where}: {len(undone)} trial(s) have not ended ({undone[0].trial_id}: {undone[0].status}); "
-            f"finish the sweep first with: python -m tuner resume {paths.where}"
+            f"finish the sweep first with: {tuner_command()} resume {paths.where}"
         )
     if not (earlier.best / "metrics.json").is_file():
         raise TunerError(f"{paths.where}: the sweep has not exported its best model yet; resume it before extending")
@@ -206,7 +207,7 @@ def _fit_and_export(
                     raise
                 raise store.StorageError(
                     f"{failure}; the sweep stopped: free space (or make the folder writable), then continue it "
-                    f"with: python -m tuner resume {paths.where}"
+                    f"with: {tuner_command()} resume {paths.where}"
                 ) from None
     finally:
         if started_ray:

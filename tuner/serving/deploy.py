@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.invocation import tuner_command
 
 APP_NAME = "tuner"
 STOP_WAIT_S = 60.0
@@ -118,15 +119,16 @@ def serve_model(
             if APP_NAME in _applications():  # another's: never taken down or replaced
                 raise TunerError(
                     f"a tuner service already runs on this Ray ({address or 'the local Ray'}); stop it first: "
-                    f"python -m tuner serve --stop{f' --address {address}' if address else ''}"
+                    f"{tuner_command()} serve --stop{f' --address {address}' if address else ''}"
                 )
             deployed = True  # from here on, what is half made is taken down
             _deploy(served, host, port, scale, max_batch_size, limits, cpus)
             if detach:
-                print(f"  left running on the cluster; stop it with: python -m tuner serve --stop --address {address}")
+                stop = f"{tuner_command()} serve --stop --address {address}"
+                print(f"  left running on the cluster; stop it with: {stop}")
                 deployed = False  # the service stays
                 return 0
-            print("  Ctrl-C (or python -m tuner serve --stop) stops it", flush=True)
+            print(f"  Ctrl-C (or {tuner_command()} serve --stop) stops it", flush=True)
             _wait_for_stop()
         return 0
     except KeyboardInterrupt:  # Ctrl-C or --stop while it was still deploying: stopped as asked
