@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -148,3 +149,48 @@ def test_schema_is_what_an_editor_checks_sweep_files_against():
         assert list(editor.iter_errors(bad)), bad
         with pytest.raises(ValueError):
             SweepConfig.model_validate(bad)
+
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "made-by-0.1"
+
+
+def _ended(tmp_path: Path, tune_status: str) -> Path:
+    """A real Tune experiment state (the fixture's one trial) with that trial ended as
+    ``tune_status``, and the best model exported, as a finished sweep leaves them."""
+    folder = tmp_path / "runs" / "made-by-0.1"
+    shutil.copytree(FIXTURE, folder)
+    (folder / "lock").unlink()
+    (state,) = (folder / "tune").glob("experiment_state-*.json")
+    saved = json.loads(state.read_text())
+    for row in saved["trial_data"]:
+        trial = json.loads(row[0])
+        trial["status"] = tune_status
+        row[0] = json.dumps(trial)
+    state.write_text(json.dumps(saved))
+    (state.parent / (state.name + ".tuner-copy")).write_text(json.dumps(saved))
+    (folder / "best").mkdir()
+    metrics = {"trial_id": "ecd7e_00000", "epoch": 1, "val_accuracy": 0.35, "test_accuracy": 0.34, "test_images": 10}
+    (folder / "best" / "metrics.json").write_text(json.dumps(metrics))
+    (folder / "best" / "config.yaml").write_text(yaml.safe_dump({"hyperparameters": {"lr": 0.0081}}))
+    return folder
+
+
+def test_resuming_a_finished_sweep_says_so_without_starting_ray(tmp_path, capsys, monkeypatch):
+    import tuner.driver.sweep as driver
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray started for a sweep with nothing to resume")
+
+    monkeypatch.setattr(driver, "start_ray", no_ray)
+    folder = _ended(tmp_path, "TERMINATED")
+    before = {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+    assert main(["resume", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"{folder}: the sweep has finished (1 trial(s) ended); nothing to resume. More trials: " in out
+    assert f" extend {folder} --trials N" in out
+    assert "best trial ecd7e_00000 at epoch 1: val_accuracy=0.3500, test_accuracy=0.3400 on 10 test images" in out
+    after = {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+    assert {name: at for name, at in after.items() if name != Path("lock")} == before  # nothing else written
+    # An errored trial is what resume retries: that one goes on to Ray.
+    with pytest.raises(AssertionError, match="Ray started"):
+        main(["resume", str(_ended(tmp_path / "errored", "ERROR"))])

@@ -61,7 +61,7 @@ def can_resume(paths: SweepFolder) -> bool:
 @dataclass
 class SweepOutcome:
     paths: SweepFolder
-    results: Any  # ray.tune.ResultGrid
+    results: Any  # ray.tune.ResultGrid; None for a finished sweep resumed (nothing ran)
     best: dict[str, Any]  # best/metrics.json
 
 
@@ -100,6 +100,9 @@ def run_sweep(
         with SweepLock(paths), remote.mirrored(paths.root, paths.remote) as mirror:
             if resume:
                 _check_resumable(sweep, paths)  # before any work: a folder in use or corrupt is refused
+                finished = _finished(sweep, paths)
+                if finished is not None:  # nothing to resume: said without starting Ray
+                    return finished
                 data = load_data(sweep)
                 code = own_code.kept(sweep, paths)  # the code the sweep began with
             elif extension is not None:
@@ -152,6 +155,23 @@ def _check_extendable(sweep: SweepConfig, paths: SweepFolder) -> None:
         )
     if not (earlier.best / "metrics.json").is_file():
         raise TunerError(f"{paths.where}: the sweep has not exported its best model yet; resume it before extending")
+
+
+def _finished(sweep: SweepConfig, paths: SweepFolder) -> SweepOutcome | None:
+    """A sweep whose every trial ended (none errored: resume retries those) and whose best
+    model is exported: its outcome as it stands, and a line saying so; else None."""
+    from tuner.results.summaries import trial_summaries
+
+    summaries = trial_summaries(sweep, paths)
+    exported = paths.best / "metrics.json"
+    ended = all(t.status in ("finished", "stopped_early") for t in summaries)
+    if not (ended and len(summaries) >= sweep.total_trials and exported.is_file()):
+        return None
+    show(
+        f"{paths.where}: the sweep has finished ({len(summaries)} trial(s) ended); nothing to resume. "
+        f"More trials: {tuner_command()} extend {paths.where} --trials N"
+    )
+    return SweepOutcome(paths, None, store.read_json(exported, what="export's metrics.json"))
 
 
 def _check_resumable(sweep: SweepConfig, paths: SweepFolder) -> None:
