@@ -713,16 +713,16 @@ BAD = [
     Bad(
         "set_bad_value",
         "name: x\ntrials:\n  num_samples: 4\n",
-        3,
-        r"trials\.num_samples: input should be greater than or equal to 1, but got 0$",
+        None,  # said against the --set, not the file's line 3
+        r"--set 'trials\.num_samples=0': trials\.num_samples: input should be greater than or equal to 1, but got 0$",
         "got 0",
         overrides=("trials.num_samples=0",),
     ),
     Bad(
         "set_string_for_int",
         "name: x\ntrain:\n  epochs: 4\n",
-        3,
-        r"train\.epochs: input should be a valid integer, but got '3'$",
+        None,
+        r"--set \"train\.epochs='3'\": train\.epochs: input should be a valid integer, but got '3'$",
         "got '3'",
         overrides=("train.epochs='3'",),
     ),
@@ -730,7 +730,7 @@ BAD = [
         "set_bool_for_int",
         "name: x\n",
         None,
-        r"scaling\.workers: input should be a valid integer, but got True$",
+        r"--set 'scaling\.workers=true': scaling\.workers: input should be a valid integer, but got True$",
         "got True",
         overrides=("scaling.workers=true",),
     ),
@@ -738,9 +738,37 @@ BAD = [
         "set_unknown_scheduler",
         "name: x\n",
         None,
-        r"scheduler\.name: unknown scheduler 'ashaa'; choose one of: ",
+        r"--set 'scheduler\.name=ashaa': scheduler\.name: unknown scheduler 'ashaa'; choose one of: ",
         "'ashaa'",
         overrides=("scheduler.name=ashaa",),
+    ),
+    Bad(
+        "set_typo_in_params",  # issue 39: was said against the file's space.params line
+        "name: x\nspace:\n  params:\n    batch_size: 64\n",
+        None,
+        r"--set 'space\.params\.batchsize=32': space\.params\.batchsize: not a hyperparameter of model 'cnn'; "
+        r"did you mean 'batch_size'\?",
+        "did you mean 'batch_size'?",
+        overrides=("space.params.batchsize=32",),
+    ),
+    Bad(
+        "set_typo_in_a_commands_params",  # a command takes any name: only a near miss is refused
+        "name: x\ncommand: [python, train.py, '{batch_size}']\nspace:\n  params:\n    batch_size: 64\n",
+        None,
+        r"--set 'space\.params\.batchsize=32': space\.params\.batchsize: the sweep has no hyperparameter "
+        r"'batchsize'; did you mean 'batch_size'\? \(a new one with a name that close goes in the file's "
+        r"space\.params\)$",
+        "did you mean 'batch_size'?",
+        overrides=("space.params.batchsize=32",),
+    ),
+    Bad(
+        "set_typo_in_a_builders_params",  # torchvision's builders take **kwargs: nothing else would see it
+        "name: x\nmodel:\n  name: torchvision:resnet18\n",
+        None,
+        r"--set 'space\.params\.batchsize=32': space\.params\.batchsize: the sweep has no hyperparameter "
+        r"'batchsize'; did you mean 'batch_size'\?",
+        "did you mean 'batch_size'?",
+        overrides=("space.params.batchsize=32",),
     ),
 ]
 assert len({case.id for case in BAD}) == len(BAD)
@@ -1065,3 +1093,11 @@ def test_an_output_dir_uri_without_bucket_and_folder_is_refused_in_one_line(tmp_
     path.write_text(f"output_dir: {uri}\n")
     with pytest.raises(ConfigError, match=rf"uri\.yaml:1: output_dir: not a storage URI .*'{re.escape(uri)}'$"):
         load_sweep(str(path))
+
+
+def test_a_set_may_add_a_new_hyperparameter_to_a_command_or_replace_one(tmp_path: Path):
+    """Only a near miss of a name the sweep has is refused: a new name, or one the file has, is taken."""
+    path = write(tmp_path, "name: x\ncommand: [python, train.py]\nspace:\n  params:\n    lr: 0.1\n    batch_size: 64\n")
+    added = ["space.params.lr2={uniform: [0, 1]}", "space.params.batch_size=32", "space.params.warmup=10"]
+    sweep = load_sweep(str(path), added, import_code=False)
+    assert sweep.space.params == {"lr": 0.1, "batch_size": 32, "lr2": {"uniform": [0, 1]}, "warmup": 10}

@@ -1183,7 +1183,53 @@ def load_sweep(
         data = apply_overrides(data, smoke_overrides(data), file=loaded.file)
         _smoke_fit(data)
     data = apply_overrides(data, overrides or [], file=loaded.file)
-    return validate(data, loaded, import_code=import_code)
+    try:
+        sweep = validate(data, loaded, import_code=False)
+        _check_added_params(sweep, loaded, overrides or [])  # a typo, before the user's code is asked
+        if not import_code:
+            return sweep
+        from tuner.spec import own_code
+
+        return own_code.check(sweep, loaded)
+    except ConfigError as error:
+        raise _said_against_override(error, overrides or [], loaded.file) from None
+
+
+def _said_against_override(error: ConfigError, overrides: list[str], file: str) -> ConfigError:
+    """An error about a key a ``--set`` gave names that ``--set``, not a line of the file."""
+    head = error.reason.split(":", 1)[0].strip()
+    if error.file != file or not re.fullmatch(r"[\w.]+", head):
+        return error
+    path = head.split(".")
+    for item in reversed(overrides):  # the last --set of a key is the one that counts
+        key = item.partition("=")[0].split(".")
+        if path[: len(key)] == key:
+            return ConfigError(f"--set {item!r}: {error.reason}", file=file)
+    return error
+
+
+def _check_added_params(sweep: SweepConfig, loaded: LoadedYaml, overrides: list[str]) -> None:
+    """A ``--set space.params.NAME`` the file does not have, where nothing checks the name (a
+    user's function or command, a builder's options), is a typo when NAME is all but one the
+    sweep already has (``batchsize`` for ``batch_size``): refused with the name it meant."""
+    if not (sweep.own_loop or isinstance(sweep.model, OpenOptions)):
+        return  # every name is checked against the model's hyperparameters (_check_space)
+    added = {}
+    for item in overrides:
+        key = item.partition("=")[0].split(".")
+        if len(key) == 3 and key[:2] == ["space", "params"] and ("space", "params", key[2]) not in loaded.lines:
+            added[key[2]] = item
+    known = set(sweep.flat_specs()) - set(added)
+    if not sweep.own_loop:
+        known |= set(searchable_params(sweep.model))
+    for name, item in added.items():
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+        if close:
+            raise ConfigError(
+                f"--set {item!r}: space.params.{name}: the sweep has no hyperparameter {name!r}; did you mean "
+                f"{close[0]!r}? (a new one with a name that close goes in the file's space.params)",
+                file=loaded.file,
+            )
 
 
 def _smoke_fit(data: dict[str, Any]) -> None:
