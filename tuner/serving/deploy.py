@@ -219,6 +219,13 @@ def _check_port_free(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as error:
+            holder = next(iter(_records(port)), None)
+            if holder is not None:  # our own service: say so, and how to end it
+                raise TunerError(
+                    f"serve --port {port}: a tuner service (process {holder['pid']}) already listens on "
+                    f"{holder['host']}:{port}; stop it with: {tuner_command()} serve --stop --port {port} "
+                    "(or Ctrl-C where it runs), or give another --port"
+                ) from None
             raise TunerError(
                 f"serve --port {port}: cannot listen on {host}:{port} ({error.strerror}); give another --port"
             ) from None
