@@ -106,9 +106,17 @@ def what_runs(sweep: SweepConfig) -> str:
 
 
 def on_data(sweep: SweepConfig, data: Any) -> str:
+    """The data section's split, said as what it is to the trials: what tuner's loop trains
+    on, what a function finds in ``context.data`` (it may read its own), and for a command,
+    which never sees it, only what the export is scored on."""
     if data is None:
         return ""
-    return f" on {sweep.data.dataset} ({len(data.train)} train / {len(data.val)} val images)"
+    sizes = f"{sweep.data.dataset} ({len(data.train)} train / {len(data.val)} val images)"
+    if sweep.command is not None:
+        return f"; the command reads its own data ({sweep.data.dataset}: only the export's test score)"
+    if sweep.trainable is not None:
+        return f"; context.data holds {sizes}"
+    return f" on {sizes}"
 
 
 def earlier_run_note(sweep: SweepConfig, paths: SweepFolder) -> list[str]:
