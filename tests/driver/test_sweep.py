@@ -148,6 +148,54 @@ def test_two_worker_trial_runs_ddp(local_ray, tmp_path):
     assert_no_leaks()
 
 
+def _leave_worker_groups_behind(count: int) -> list:
+    """What a Train run stopped while its workers were still being placed leaves: a token
+    worker group (0.01 CPU) made by its controller actor, which then died. Ray keeps such a
+    group for as long as the job (the sweep's driver) lives."""
+    import ray
+    from ray.util.placement_group import placement_group
+
+    @ray.remote(num_cpus=0)
+    class DyingController:
+        def place_workers(self):
+            group = placement_group([{"CPU": 0.01}])
+            ray.get(group.ready())
+            return group
+
+    groups = []
+    for _ in range(count):
+        controller = DyingController.remote()
+        groups.append(ray.get(controller.place_workers.remote()))
+        ray.kill(controller)
+    return groups
+
+
+def test_worker_groups_dead_train_runs_left_are_removed_so_torch_trainer_trials_still_start(local_ray, tmp_path):
+    """The Train hang under load: two trials' groups (0.99 CPU each) and two token groups
+    left by dead Train runs fill the 2 CPUs, and neither trial's workers (0.01 each) could
+    ever be placed: the sweep waited for good (here, until its time budget)."""
+    import ray
+
+    left = _leave_worker_groups_behind(2)
+    assert ray.available_resources().get("CPU", 0) == pytest.approx(1.98)
+    sweep = SweepConfig.model_validate(
+        small_sweep(
+            tmp_path,
+            data={"train_subset": 1000},
+            train={"epochs": 1},
+            space={"params": {"lr": {"grid": [3e-3, 2e-3]}}},
+            trials={"num_samples": 1, "time_budget_s": 150},
+            scaling={"runner": "torch_trainer"},
+        )
+    )
+    outcome = run_sweep(sweep)
+    histories = _trial_histories(outcome)
+    assert len(histories) == 2 and all(rows and rows[-1]["epoch"] == 1 for rows in histories.values()), histories
+    table = ray.util.placement_group_table()
+    assert all(table[group.id.hex()]["state"] == "REMOVED" for group in left)
+    assert_no_leaks()
+
+
 # PBT's exploit and HyperBand's pause restore a trial from a checkpoint, the path a killed
 # sweep's resume takes: TorchTrainer's side of it runs in test_lifecycle.py (resumed, and a
 # trial that raises), so these two run the direct runner only (they took 150 s more as

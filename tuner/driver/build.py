@@ -53,6 +53,7 @@ def build_tuner(
 
     from tuner.driver import earlier
     from tuner.driver.callbacks import ProgressCallback, SpareCores, SweepRecords
+    from tuner.driver.leftovers import LeftoverGroups
     from tuner.driver.stalls import StallWatch
     from tuner.spec import schedulers, searchers, spaces
     from tuner.tracking.callbacks import MlflowTrials, TensorBoardEvents
@@ -91,6 +92,7 @@ def build_tuner(
         *([MlflowTrials(sweep, paths)] if sweep.tracking.mlflow.enabled else []),
         *([ProgressCallback(paths)] if reporter is not None else []),
         StallWatch(paths, sweep.trials.stall_timeout_s),
+        LeftoverGroups(),
     ]
     lend = sweep.scaling.lend_spare_cores and setup.direct and not use_gpu and not streamed
     if lend and not paths.remote and not sweep.own_loop:
