@@ -93,6 +93,23 @@ def test_an_unused_claim_is_released_but_a_used_one_is_kept(tmp_path):
     assert sorted(p.name for p in used.root.iterdir()) == ["sweep.yaml", "tune"]
 
 
+def test_a_refused_claim_takes_away_the_output_dir_it_made_but_nothing_else(tmp_path):
+    (tmp_path / "mine").mkdir()
+    first = claim_new(tmp_path / "mine" / "out" / "runs", "a")  # out/ and runs/ are new
+    write_atomic(first.config, "name: a\n")
+    write_atomic(first.code / "train.py", "print()\n")  # the user's code as the sweep took it
+    with SweepLock(first):
+        release_unused(first)
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == []  # the user's own folder stays
+
+    (tmp_path / "mine" / "runs").mkdir()
+    (tmp_path / "mine" / "runs" / "notes.txt").write_text("the user's")
+    second = claim_new(tmp_path / "mine" / "runs", "b")  # runs/ was there: never taken away
+    write_atomic(second.config, "name: b\n")
+    release_unused(second)
+    assert sorted(p.name for p in (tmp_path / "mine" / "runs").iterdir()) == ["notes.txt"]
+
+
 # --- the lock ---------------------------------------------------------------------------------
 def test_a_second_process_is_refused_with_the_holders_pid_and_a_killed_holder_leaves_no_lock(tmp_path):
     paths = claim_new(tmp_path, "locked")

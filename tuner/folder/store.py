@@ -67,6 +67,9 @@ class SweepFolder:
     # The Tune experiment this command works on: tune/ (1), then tune-2/, tune-3/, ... one per
     # ``tuner extend`` (tuner/driver/extend.py); opening a folder gives its newest.
     part: int = 1
+    # The highest folder above ``root`` that claiming it created (output_dir, or a parent of
+    # it): removed again, if empty, with a folder a refused sweep leaves unused.
+    made: Path | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
     def open(cls, where: str | Path) -> SweepFolder:
@@ -331,6 +334,7 @@ def claim_new(output_dir: str | Path, name: str) -> SweepFolder:
     anything of the user's) is never written into.
     """
     parent = Path(output_dir).expanduser().resolve()
+    missing = [folder for folder in (parent, *parent.parents) if not folder.exists()]
     with writing_to(parent):
         parent.mkdir(parents=True, exist_ok=True)
         for number in itertools.count(1):
@@ -339,23 +343,35 @@ def claim_new(output_dir: str | Path, name: str) -> SweepFolder:
                 root.mkdir()
             except FileExistsError:
                 continue
-            return SweepFolder(root)
+            return SweepFolder(root, made=missing[-1] if missing else None)
     raise AssertionError("unreachable")
 
 
 def release_unused(paths: SweepFolder) -> None:
-    """Remove a claimed folder that never got past its config and lock (Ray failed to
-    start, say), so the next run takes the name again. Only tuner's own two files."""
+    """Remove a claimed folder that never got past its config, lock and the user's code as it
+    took them (Ray failed to start, a check on the cluster refused the sweep), so the next
+    run takes the name again, and the empty folders claiming it made (``output_dir``). Only
+    what this run wrote: the folder was new when claimed (``claim_new``)."""
     try:
-        if {p.name for p in paths.root.iterdir()} - {CONFIG_FILE, LOCK_FILE}:
+        if {p.name for p in paths.root.iterdir()} - {CONFIG_FILE, LOCK_FILE, paths.code.name}:
             return  # the sweep got further: keep everything
     except OSError:
         return
     for path in (paths.config, paths.lock):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+    shutil.rmtree(paths.code, ignore_errors=True)
     with contextlib.suppress(OSError):
         paths.root.rmdir()  # only if nothing else is in it
+    if paths.made is None or paths.remote:
+        return
+    for folder in (paths.root.parent, *paths.root.parent.parents):  # up to the one it made, each if empty
+        if not folder.is_relative_to(paths.made):
+            break
+        try:
+            folder.rmdir()
+        except OSError:
+            break
 
 
 class SweepLock:
