@@ -17,6 +17,7 @@ from typing import Any
 
 from ray.tune import Callback
 from ray.tune.logger import TBXLoggerCallback
+from ray.tune.logger.tensorboardx import VALID_SUMMARY_TYPES
 from tensorboardX import SummaryWriter
 from tensorboardX.event_file_writer import EventsWriter
 from tensorboardX.record_writer import directory_check
@@ -179,3 +180,62 @@ class TensorBoardEvents(TBXLoggerCallback):
     def __init__(self) -> None:
         super().__init__()
         self._summary_writer_cls = ThrottledWriter  # Ray's sets tensorboardX's own in __init__
+        self._hparams_in_file: set[Any] = set()  # trials whose open event file has their HParams
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled by a resume, perhaps as an earlier tuner pickled it (without the set)."""
+        self.__dict__.update({"_hparams_in_file": set(), **state})
+
+    def log_trial_start(self, trial: Any) -> None:
+        super().log_trial_start(trial)  # a new event file, on every (re)start of the trial
+        self._hparams_in_file.discard(trial)
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        super().log_trial_result(iteration, trial, result)
+        if trial not in self._hparams_in_file:
+            self._log_hparams_begun(trial)
+
+    def _log_hparams_begun(self, trial: Any) -> None:
+        """The trial's HParams (its values, the metrics it reports) at its first report in
+        each event file, the session left open: Ray writes them only when a trial ends, so
+        a trial interrupted (or still running) had none in TensorBoard. Ray's own at the end
+        add the session's status; the HParams plugin keeps the first of a tag's summaries."""
+        from ray.tune.utils import flatten_dict
+        from tensorboardX.summary import hparams
+
+        metrics = {
+            name: value
+            for name, value in flatten_dict(self._trial_result.get(trial) or {}, delimiter="/").items()
+            if isinstance(value, tuple(VALID_SUMMARY_TYPES))
+        }
+        values = _hparam_values(trial.evaluated_params or {})
+        if not (values and metrics):
+            return
+        experiment, session_start, _ = hparams(hparam_dict=values, metric_dict=metrics)
+        self._trial_writer[trial].file_writer.add_summary(experiment)
+        self._trial_writer[trial].file_writer.add_summary(session_start)
+        self._hparams_in_file.add(trial)
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        super().log_trial_end(trial, failed)
+        self._hparams_in_file.discard(trial)
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        """Every event file still open (an interrupted sweep's trials) closed: on disk whole."""
+        for trial in list(self._trial_writer):
+            self._trial_writer.pop(trial).close()
+            self._trial_result.pop(trial, None)
+        self._hparams_in_file.clear()
+
+
+def _hparam_values(params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's values as TensorBoard's HParams take them (as Ray's logger scrubs them)."""
+    from ray.tune.utils import flatten_dict
+
+    values = {}
+    for name, value in flatten_dict(params).items():
+        if isinstance(value, TBXLoggerCallback.VALID_NP_HPARAMS):
+            values[name] = value.tolist()
+        elif isinstance(value, TBXLoggerCallback.VALID_HPARAMS):
+            values[name] = value
+    return values
