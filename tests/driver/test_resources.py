@@ -3,6 +3,8 @@ trial's driver and workers ask Ray for (declared resources, no Ray started)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tuner.driver.plan import concurrent_trials, decide_gpu
@@ -148,3 +150,30 @@ def test_a_killed_sweeps_lent_cores_are_taken_back_when_it_starts_again(tmp_path
     (paths.tune / LENT_CORES_FILE).write_text('{"t0": 2}')
     SpareCores(paths, 1, 1).setup(total_num_samples=1)
     assert not (paths.tune / LENT_CORES_FILE).exists()
+
+
+def test_two_sweeps_on_one_machine_lend_its_spare_cores_once(tmp_path):
+    """Each sweep's own Ray counts every core as its own: the machine's ledger says what the
+    other live sweeps hold and lend, and a dead driver's entry no longer counts."""
+    import subprocess
+    import sys
+
+    from tuner.driver import machine_cores
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with machine_cores.ledger(tmp_path) as ledger:
+            machine_cores.record(ledger, other.pid, held=1, lent=1)  # a sweep whose last trial has both cores
+            machine_cores.record(ledger, 999_999_999, held=2, lent=0)  # a driver killed without a word
+            assert machine_cores.others_use(ledger, os.getpid()) == 2
+            assert not (ledger / "999999999.json").exists()
+            machine_cores.record(ledger, os.getpid(), held=1, lent=0)
+            assert machine_cores.others_use(ledger, os.getpid()) == 2  # never counts itself
+            assert machine_cores.others_use(ledger, other.pid) == 1
+            machine_cores.record(ledger, os.getpid(), held=0, lent=0)  # ended: no entry
+            assert sorted(p.name for p in ledger.glob("*.json")) == [f"{other.pid}.json"]
+    finally:
+        other.kill()
+        other.wait()
+    with machine_cores.ledger(tmp_path) as ledger:
+        assert machine_cores.others_use(ledger, os.getpid()) == 0

@@ -10,11 +10,13 @@ that pickle: they reach this process's folder and reporter through
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
 from ray.tune import Callback
 
+from tuner.driver import machine_cores
 from tuner.driver.progress import showing
 from tuner.folder.records import (
     append_history,
@@ -101,17 +103,19 @@ class SpareCores(Callback):
 
     Only for trials run directly on the CPU of a one-node cluster, with the data in
     memory: on several nodes the spare cores may be on another machine, and a streamed
-    data set's pipeline needs the CPUs kept out of the trials."""
+    data set's pipeline needs the CPUs kept out of the trials. Cores another sweep on the
+    same machine holds or lends are not spare (tuner/driver/machine_cores.py)."""
 
     EVERY_S = 1.0
 
     def __init__(self, paths: SweepFolder, total_trials: int, cpus_per_trial: int) -> None:
         self.paths, self.total, self.own = paths, total_trials, max(1, cpus_per_trial)
         self.lent: dict[str, int] = {}
+        self.noted = (0, 0)  # (held, lent) as this sweep's entry in the machine's ledger says
         self.next_look = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "lent": {}, "next_look": 0.0}
+        return {**self.__dict__, "lent": {}, "noted": (0, 0), "next_look": 0.0}
 
     def setup(self, **info):  # every (re)start: a killed sweep's last shares are not this run's
         (current(self.paths).tune / LENT_CORES_FILE).unlink(missing_ok=True)
@@ -124,7 +128,13 @@ class SpareCores(Callback):
         if not now and time.monotonic() < self.next_look:
             return
         self.next_look = time.monotonic() + self.EVERY_S
-        shares = self.shares(trials)
+        held = sum(self.own for t in trials if t.status == "RUNNING")
+        with machine_cores.ledger() as ledger:  # other sweeps on this machine: what they hold and lend
+            shares = self.shares(trials, others=machine_cores.others_use(ledger, os.getpid()))
+            noted = (held, sum(shares.values()) - self.own * len(shares))
+            if noted != getattr(self, "noted", None):  # (a sweep pickled before the ledger has none)
+                machine_cores.record(ledger, os.getpid(), *noted)
+                self.noted = noted
         if shares != self.lent:
             write_atomic(current(self.paths).tune / LENT_CORES_FILE, json.dumps(shares))
             self.lent = shares
@@ -132,9 +142,13 @@ class SpareCores(Callback):
     def on_experiment_end(self, trials, **info):
         (current(self.paths).tune / LENT_CORES_FILE).unlink(missing_ok=True)
         self.lent = {}
+        with machine_cores.ledger() as ledger:
+            machine_cores.record(ledger, os.getpid(), 0, 0)
+        self.noted = (0, 0)
 
-    def shares(self, trials: list[Any]) -> dict[str, int]:
-        """Threads per running trial where cores are spare, else {} (each keeps its own)."""
+    def shares(self, trials: list[Any], others: int = 0) -> dict[str, int]:
+        """Threads per running trial where cores are spare, else {} (each keeps its own);
+        ``others``: the machine's cores other sweeps hold or lend (tuner/driver/machine_cores.py)."""
         if len(trials) < self.total or any(t.status in ("PENDING", "PAUSED") for t in trials):
             return {}
         running = sorted(t.trial_id for t in trials if t.status == "RUNNING")
@@ -147,7 +161,7 @@ class SpareCores(Callback):
         # (Ray's view of what is free can lag a reservation just made: never past the node's cores.)
         held = len(running) * self.own
         spare = min(int(ray.available_resources().get("CPU", 0.0)), int(ray.cluster_resources().get("CPU", 0.0)) - held)
-        return lend(running, self.own, spare)
+        return lend(running, self.own, min(spare, machine_cores.machine_cores() - others - held))
 
 
 def failure_reason(paths: SweepFolder | None, trial: Any) -> str:
