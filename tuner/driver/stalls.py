@@ -17,6 +17,7 @@ reports (or from a trial's start to its first) seen so far in this sweep, never 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ from ray.tune import Callback
 
 from tuner.folder.records import append_timeline
 from tuner.folder.store import SweepFolder, current
+from tuner.trial.session import RANKS_DIR
 
 AUTO_FLOOR_S = 600.0
 AUTO_FACTOR = 5.0
@@ -108,6 +110,8 @@ class StallWatch(Callback):
         folder = current(self.paths).tune / Path(trial.path).name
         where = f"{self.paths.tune.name}/{folder.name}/{STACKS_FILE}"
         stacks = _stacks_of(actor) if actor is not None else "(the trial had no process)"
+        for rank, (pid, node) in sorted(_ranks(folder).items()):  # a TorchTrainer's workers: where DDP hangs
+            stacks += f"\n--- Ray Train rank {rank}\n{_stacks_on(pid, node)}"
         try:
             folder.mkdir(parents=True, exist_ok=True)
             with open(folder / STACKS_FILE, "a") as out:
@@ -127,9 +131,6 @@ def _epoch(trial: Any) -> int:
 
 def _stacks_of(actor: Any) -> str:
     """py-spy's dump of the actor's process and its children, taken on its node."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     try:
         from ray.util.state import get_actor
 
@@ -138,15 +139,33 @@ def _stacks_of(actor: Any) -> str:
         return f"(the trial's process could not be found: {type(error).__name__}: {error})"
     if state is None or not state.pid:
         return "(the trial's process could not be found)"
-    if state.node_id == ray.get_runtime_context().get_node_id():
-        return process_stacks(state.pid)
+    return _stacks_on(state.pid, state.node_id)
+
+
+def _stacks_on(pid: int, node_id: str) -> str:
+    """``process_stacks(pid)``, run on the node the process is on."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if node_id == ray.get_runtime_context().get_node_id():
+        return process_stacks(pid)
     dump = ray.remote(num_cpus=0)(process_stacks).options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(state.node_id, soft=False)
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
     )
     try:
-        return ray.get(dump.remote(state.pid), timeout=DUMP_TIMEOUT_S)
+        return ray.get(dump.remote(pid), timeout=DUMP_TIMEOUT_S)
     except Exception as error:  # noqa: BLE001
-        return f"(the stacks of process {state.pid} on node {state.node_id[:8]} could not be taken: {error})"
+        return f"(the stacks of process {pid} on node {node_id[:8]} could not be taken: {error})"
+
+
+def _ranks(folder: Path) -> dict[int, tuple[int, str]]:
+    """The Ray Train workers of a TorchTrainer trial, as its ranks noted them (tuner.trial.session.note_rank)."""
+    found = {}
+    for note in (folder / RANKS_DIR).glob("*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            seen = json.loads(note.read_text())
+            found[int(note.stem)] = (int(seen["pid"]), str(seen["node_id"]))
+    return found
 
 
 def process_stacks(pid: int) -> str:

@@ -21,6 +21,7 @@ Nothing here reads YAML: the driver receives the sampled hyperparameters and a
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 import uuid
@@ -35,7 +36,7 @@ from tuner.models import zoo
 from tuner.models.build import FACTORY
 from tuner.trial.loop import run_training
 from tuner.trial.own import OwnLoop, run_own
-from tuner.trial.session import LoopSettings, Session, TrialHooks, load_state
+from tuner.trial.session import RANKS_DIR, LoopSettings, Session, TrialHooks, load_state, note_rank
 from tuner.usercode.snapshot import CodeSnapshot, put_first_on_path
 
 _FIT_DONE = "__tuner_fit_done__"
@@ -165,6 +166,9 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         own=setup.own,
         code=setup.code,
         measure_latency=setup.measure_latency,
+        trial_folder=str(Path(setup.trials_dir) / Path(tune.get_context().get_trial_dir()).name)
+        if setup.trials_dir
+        else None,
     )
     if setup.direct:
         run_loop(loop, _TuneSession(setup.use_gpu, setup.trials_dir))
@@ -183,6 +187,8 @@ def _fit_torch_trainer(loop: LoopSettings, setup: TrialSetup, trial_id: str) -> 
 
     from tuner.trial.relay import RelayToTune
 
+    if loop.trial_folder is not None:  # the last run's ranks are not this one's
+        shutil.rmtree(Path(loop.trial_folder) / RANKS_DIR, ignore_errors=True)
     queue = Queue(actor_options={"num_cpus": 0})
     streamed = None
     if setup.streamed:  # (an in-memory set is not fetched here: the workers map it on their nodes)
@@ -249,6 +255,7 @@ class _TrainSession(Session):
 
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
+        note_rank(loop.trial_folder, self.rank)
         self.device = torch.device("cpu") if loop.hooks.train_on_cpu else ray.train.torch.get_device()
         self.resume_from = loop.resume_from
 

@@ -43,6 +43,29 @@ class LoopSettings:
     own: Any = None  # the user's function or command instead of the loop (tuner.trial.own.OwnLoop)
     code: Any = None  # the user's code folder (tuner.usercode.snapshot.CodeSnapshot), first on the path
     measure_latency: bool = False  # report latency_ms (inference per image) after each epoch
+    # The trial's folder in the sweep (tune/<trial>/) where every node sees it, else None (a URI):
+    # each Ray Train rank notes its process there (RANKS_DIR) for the stall watchdog's stacks.
+    trial_folder: str | None = None
+
+
+RANKS_DIR = ".ranks"  # in a trial's folder: <rank>.json = {"pid", "node_id"} of each Train worker
+
+
+def note_rank(trial_folder: str | None, rank: int) -> None:
+    """Where this rank runs, for tuner.driver.stalls (a stuck rank's stacks are the ones to see)."""
+    if trial_folder is None:
+        return
+    import json
+
+    import ray
+
+    folder = Path(trial_folder) / RANKS_DIR
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        note = {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+        (folder / f"{rank}.json").write_text(json.dumps(note))
+    except OSError:  # only the stacks would miss it
+        pass
 
 
 class TrialHooks:
