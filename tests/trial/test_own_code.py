@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,9 @@ def terminated(signum, frame):
 
 
 signal.signal(signal.SIGTERM, terminated)
+if args.x == 0.2:  # a script that ignores SIGTERM: a stop ends it with SIGKILL after the grace period
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(os.path.join(args.marks, trial + ".pid"), "w").write(str(os.getpid()))
 if args.x < 0:
     raise SystemExit("the data set is empty")
 start, total = 0, 0.0
@@ -94,7 +98,7 @@ for epoch in range(start, args.epochs):
     if epoch + 1 == 2 and not os.path.exists(os.path.join(args.marks, trial + ".crashed")):
         open(os.path.join(args.marks, trial + ".crashed"), "w").write("once")
         os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(1.0 if args.x < 0.5 else 0)  # a poor trial is still running when ASHA stops it
+    time.sleep({0.2: 60.0}.get(args.x, 1.0 if args.x < 0.5 else 0))  # a poor trial is still running when ASHA stops it
 """
 
 
@@ -331,12 +335,14 @@ def test_a_command_reports_its_lines_resumes_from_its_checkpoint_and_is_ended_by
             "output_dir": str(tmp_path / "runs"),
             "command": ["python", "train.py", "--x", "{x}", "--epochs", "{epochs}", "--marks", "{marks}"],
             "train": {"epochs": 3},
-            "space": {"params": {"x": {"grid": [0.9, 0.1, -1.0]}, "marks": str(marks)}},
+            "space": {"params": {"x": {"grid": [0.9, 0.1, -1.0, 0.2]}, "marks": str(marks)}},
             "scheduler": {"name": "asha", "grace_period": 1, "reduction_factor": 2},
             "trials": {"num_samples": 1, "max_concurrent": 1, "max_failures": 1},
         },
     )
+    started = time.monotonic()
     done = tuner_cli("sweep", str(sweep_file), env=_env(ray_tmp))
+    took = time.monotonic() - started
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     root = tmp_path / "runs" / "command"
     histories = trial_histories(SweepFolder(root))
@@ -349,10 +355,77 @@ def test_a_command_reports_its_lines_resumes_from_its_checkpoint_and_is_ended_by
     # ASHA's stop reached the script as SIGTERM
     assert [row["epoch"] for row in histories[poor]] == [1]
     assert (marks / f"{poor}.terminated").read_text() == "SIGTERM"
+    # one that ignores SIGTERM is SIGKILLed after the grace period, not left running (nor waited for)
+    deaf = next(t for t, row in trials.items() if row["val_accuracy"] == pytest.approx(0.2))
+    assert [row["epoch"] for row in histories[deaf]] == [1]
+    assert not Path(f"/proc/{(marks / f'{deaf}.pid').read_text()}").exists()
+    assert not (marks / f"{deaf}.terminated").exists()
+    assert took < 60, took  # its 60 s sleep was cut short
     status = tuner_cli("status", str(root))
     assert re.search(r"errored: command exited with status 1: the data set is empty \(its output: tune/", status.stdout)
     [log] = (root / "tune").glob(f"trial_driver_{good}_*/command.log")
     assert "epoch 3: val_accuracy=2.7000" in log.read_text()
+
+
+EXPLOITED = """
+import json
+import time
+from pathlib import Path
+
+
+def train(params, context):
+    state = {"owner": context.trial_id, "total": 0.0}
+    if context.checkpoint is not None:
+        state = json.loads((context.checkpoint / "state.json").read_text())
+    with open(Path(params["marks"]) / f"{context.trial_id}.starts", "a") as starts:  # (re)start: epoch, whose state
+        starts.write(f"{context.start_epoch} {state['owner']} {params['x']}\\n")
+    for epoch in range(context.start_epoch, context.max_epochs):
+        time.sleep(0.5)
+        state["total"] += params["x"]
+        folder = context.trial_dir / "state"
+        folder.mkdir(exist_ok=True)
+        (folder / "state.json").write_text(json.dumps({**state, "owner": context.trial_id}))
+        context.report({"score": state["total"]}, checkpoint=folder)
+"""
+
+
+def test_pbt_exploits_a_training_functions_checkpoint_and_perturbs_its_values(tmp_path, ray_tmp):
+    code = _code(tmp_path)
+    (code / "exploited.py").write_text(EXPLOITED)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    sweep_file = _write(
+        code,
+        "pbt_function",
+        {
+            "output_dir": str(tmp_path / "runs"),
+            "trainable": "exploited:train",
+            "metric": "score",
+            "mode": "max",
+            "train": {"epochs": 4},
+            "space": {"params": {"x": {"grid": [0.9, 0.1]}, "marks": str(marks)}},
+            "scheduler": {
+                "name": "pbt",
+                "perturbation_interval": 1,
+                "quantile_fraction": 0.5,
+                "resample_probability": 0.0,
+                "mutations": {"x": {"choice": [0.7, 0.8]}},
+            },
+            "trials": {"num_samples": 1},
+        },
+    )
+    done = tuner_cli("sweep", str(sweep_file), env=_env(ray_tmp))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    histories = trial_histories(SweepFolder(tmp_path / "runs" / "pbt_function"))
+    good = next(t for t, rows in histories.items() if rows[0]["score"] == pytest.approx(0.9))
+    poor = next(t for t in histories if t != good)
+    starts = [line.split() for line in (marks / f"{poor}.starts").read_text().splitlines()]
+    # the poor trial started again from the good one's checkpoint, with a perturbed x
+    cloned = [(int(epoch), float(x)) for epoch, owner, x in starts if owner == good]
+    assert cloned and all(epoch >= 1 and x not in (0.1, 0.9) for epoch, x in cloned), starts
+    epochs = [row["epoch"] for row in histories[poor]]
+    assert epochs == sorted(epochs) and epochs[-1] == 4, epochs  # its history goes on from the clone's epoch
+    assert histories[poor][-1]["score"] > 0.9, histories[poor]  # it carries the donor's total
 
 
 def test_a_killed_sweep_of_a_training_function_resumes_with_the_code_it_began_with(tmp_path, ray_tmp):
