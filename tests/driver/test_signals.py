@@ -60,12 +60,23 @@ def _sweep(tmp_path: Path) -> Path:
 
 
 def _ray_processes_under(folder: Path) -> list[str]:
-    """Ray's processes of the sweep's own Ray (their command lines name its temp folder)."""
+    """The processes of the sweep's own Ray: their command lines, environment or open log
+    files name its temp folder (Ray's agents retitle themselves: ``ray::DashboardAgent``)."""
     found = []
     for process in psutil.process_iter(["cmdline", "status"]):
         line = " ".join(process.info["cmdline"] or [])
-        if str(folder) in line and process.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(line[:150])
+        if process.info["status"] == psutil.STATUS_ZOMBIE or process.pid == os.getpid():
+            continue
+        try:
+            ours = (
+                str(folder) in line
+                or process.environ().get("RAY_TMPDIR") == str(folder)
+                or any(str(folder) in opened.path for opened in process.open_files())  # its logs
+            )
+        except psutil.Error:  # gone meanwhile
+            continue
+        if ours:
+            found.append(line.strip()[:150])
     return found
 
 
@@ -97,3 +108,19 @@ def test_a_signal_to_the_whole_group_ends_the_sweep_in_seconds_and_resume_finish
     assert len(histories) == 3
     assert all([row["epoch"] for row in rows] == [1, 2, 3, 4] for rows in histories.values()), histories
     assert (root / "best" / "metrics.json").is_file()
+
+
+def test_a_driver_killed_alone_leaves_none_of_its_rays_processes(tmp_path, ray_tmp):
+    """SIGKILL to the driver only (the OOM killer, kill -9): Ray's processes are out of its
+    group now, so the keeper of their group ends them (Ray's agents outlived a killed
+    driver before); resume is test_lifecycle's."""
+    env = {"RAY_TMPDIR": str(ray_tmp), "TUNER_DATA_DIR": str(data_root())}
+    process = start_sweep(_sweep(tmp_path), env=env)
+    wait_for_results(tmp_path / "runs" / "slow", 2, process, timeout_s=300)
+    assert _ray_processes_under(ray_tmp)
+    os.kill(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    deadline = time.monotonic() + 15
+    while _ray_processes_under(ray_tmp) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _ray_processes_under(ray_tmp), _ray_processes_under(ray_tmp)

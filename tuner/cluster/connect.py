@@ -9,6 +9,8 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,27 +63,42 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
     return True
 
 
+# The keeper of a local Ray's process group: it waits for the command to end (its stdin
+# closes when the command's process does, however it ends) and then kills whatever of Ray
+# is left in the group, such as the dashboard and runtime-env agents a killed raylet leaves.
+_KEEPER = "import os, signal, sys; sys.stdin.buffer.read(); os.killpg(0, signal.SIGKILL)"
+
+
 @contextlib.contextmanager
 def ray_in_its_own_session() -> Iterator[None]:
-    """Ray's processes (GCS, raylet, dashboard) started in a session of their own, out of the
-    command's process group: a SIGTERM or SIGINT sent to the whole group (Slurm's
-    ``scancel``, a pod's stop, ``timeout``, a terminal) reaches tuner, which stops the trials
-    and saves the sweep with Ray still up, then stops Ray itself. Before, the GCS died with
-    the signal and the driver waited 60 s for it. They still die with the command: Ray
-    starts them with the kernel's parent-death signal (``ray.shutdown`` or not)."""
+    """Ray's processes (GCS, raylet, dashboard and what they start) in a process group of
+    their own (a group can only be joined within its session), out of the command's: a
+    SIGTERM or SIGINT sent to the whole group
+    (Slurm's ``scancel``, a pod's stop, ``timeout``, a terminal) reaches tuner, which stops
+    the trials and saves the sweep with Ray still up, then stops Ray itself. Before, the GCS
+    died with the signal and the driver waited 60 s for it.
+
+    They still end with the command: a keeper process leads their group and kills it when
+    the command's process is gone (a SIGKILL included, which left Ray's agents running
+    before); Ray's own parent-death signal ends the rest."""
     from ray._private import services
 
+    keeper = subprocess.Popen([sys.executable, "-c", _KEEPER], stdin=subprocess.PIPE, process_group=0, close_fds=True)
+    _KEEPERS.append(keeper)  # its stdin stays open for as long as this process lives
     plain = services.ConsolePopen
 
-    class OwnSession(plain):  # type: ignore[misc, valid-type]
+    class InRaysGroup(plain):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **{**kwargs, "start_new_session": True})
+            super().__init__(*args, **{**kwargs, "process_group": keeper.pid})
 
-    services.ConsolePopen = OwnSession
+    services.ConsolePopen = InRaysGroup
     try:
         yield
     finally:
         services.ConsolePopen = plain
+
+
+_KEEPERS: list[subprocess.Popen] = []
 
 
 def _trial_modules() -> dict[str, Any]:
