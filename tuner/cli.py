@@ -473,32 +473,56 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bo
     if hyper:  # nothing searched: no line
         print("  hyperparameters: " + ", ".join(f"{k}={_short(v)}" for k, v in hyper.items()))
     print(f"  exported to {_best_where(paths)}")
+    if stalled := _stalled(paths):
+        print(f"  stalled: {stalled}; their threads' stacks: tune/<trial>/stall-stacks.txt")
     if sweep.objectives and not paths.remote:
         _print_front(sweep, paths)
     if metrics.get("model_version"):
-        from tuner.tracking.mlflow_runs import registered_model_name, tracking_uri
+        from tuner.tracking.mlflow_runs import registered_model_name
 
         print(
-            f"  MLflow: {tracking_uri(sweep)}, registered model "
+            f"  MLflow: {_mlflow_uri(sweep, paths)}, registered model "
             f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
         )
     elif sweep.tracking.mlflow.enabled and not sweep.has_model:
-        from tuner.tracking.mlflow_runs import tracking_uri
-
         print(
-            f"  MLflow: {tracking_uri(sweep)}, every trial recorded; no model logged (no model.factory to rebuild it)"
+            f"  MLflow: {_mlflow_uri(sweep, paths)}, every trial recorded; "
+            "no model logged (no model.factory to rebuild it)"
         )
     elif sweep.tracking.mlflow.enabled and not sweep.tracking.mlflow.registry:
-        from tuner.tracking.mlflow_runs import tracking_uri
-
         why = "a --smoke run" if smoke else "tracking.mlflow.registry: false"
-        print(f"  MLflow: {tracking_uri(sweep)}, model logged on the sweep's run, not registered ({why})")
+        print(f"  MLflow: {_mlflow_uri(sweep, paths)}, model logged on the sweep's run, not registered ({why})")
     where = paths.where if paths.remote else _shown(paths.root)
     tuner, indent = tuner_command(), " " * len("  look further: ")
     print(f"  look further: {tuner} report {where}   (plots of the sweep in one HTML page)")
     if not paths.remote:
         print(f"{indent}{tuner} ui {_shown(paths.root.parent)}   (TensorBoard and MLflow UIs)")
     print(f"{indent}{tuner} status {where}")
+
+
+def _mlflow_uri(sweep: Any, paths: Any) -> str:
+    """The store the sweep's records went to: the one its mlflow.json names (a resumed sweep
+    keeps the store it began in), else the one the config gives."""
+    from tuner.folder import records
+    from tuner.tracking.mlflow_runs import tracking_uri
+
+    return records.read_mlflow_state(paths).get("tracking_uri") or tracking_uri(sweep)
+
+
+def _stalled(paths: Any) -> str:
+    """The trials the stall watchdog stopped, how often, and whether that ended them."""
+    from collections import Counter
+
+    from tuner.folder import records
+
+    timeline = records.read_timeline(paths)
+    stalls = Counter(event["trial_id"] for event in timeline if event.get("event") == "stall")
+    ended = records.stall_reasons(timeline)
+    times = {1: "once", 2: "twice"}
+    return ", ".join(
+        f"{trial} ({times.get(count, f'{count} times')}, {'errored' if trial in ended else 'retried'})"
+        for trial, count in stalls.items()
+    )
 
 
 def _test_score(metrics: dict[str, Any], sweep: Any) -> str:

@@ -127,6 +127,8 @@ def test_a_hung_function_is_stopped_with_its_stacks_retried_and_the_sweep_ends_b
     assert re.search(rf"trial {always} errored at epoch 3: stalled: no report for \d+ s after epoch 2", console)
     assert re.search(rf"trial {raises} errored at epoch 2: ValueError: the labels file is empty", console)
     assert "Traceback" not in console and "Trial task failed" not in console, console[-4000:]
+    [last_lines] = [line for line in console.splitlines() if line.startswith("  stalled: ")]  # the outcome's
+    assert f"{always} (twice, errored)" in last_lines and f"{once} (once, retried)" in last_lines, last_lines
 
     # status and MLflow say which trials stalled
     status = tuner_cli("status", str(root))
