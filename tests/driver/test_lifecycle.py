@@ -117,9 +117,10 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, ray_tmp):
     assert running.returncode == 0 and process.poll() is None, running.stderr
     assert re.search(r"^\S+ +running ", running.stdout, re.M), running.stdout
     _reports_unfinished(root, "running")
-    process.send_signal(signal.SIGINT)
+    os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole foreground group
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 130, stderr[-3000:]
+    assert "GCS" not in stdout + stderr and "rpc_client" not in stdout + stderr
     assert f"{tuner_command()} resume {root}" in stderr
     assert "Tuner.restore" not in stdout + stderr  # Tune's advice, not tuner's
     (summary,) = re.findall(r"^\[ *\S+\] it \d/3 done.*$", stdout, re.M)  # the progress's last line

@@ -149,3 +149,55 @@ def test_a_hung_function_is_stopped_with_its_stacks_retried_and_the_sweep_ends_b
     assert runs[always].data.tags["tuner.stalled"].startswith("stalled: no report for")
     assert runs[once].info.status == "FINISHED" and "tuner.stalled" in runs[once].data.tags  # it stalled once
     assert "tuner.stalled" not in runs[never].data.tags
+
+
+HANGING_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import signal
+    import sys
+    import threading
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # deaf to SIGTERM as well
+    open(sys.argv[1], "w").write(str(os.getpid()))
+    print("epoch 1: val_accuracy=0.5", flush=True)
+
+
+    def read_from_the_lost_mount():
+        threading.Event().wait()
+
+
+    read_from_the_lost_mount()
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_a_hung_command_is_stopped_with_its_python_stacks_and_leaves_no_process(tmp_path, ray_tmp):
+    code = tmp_path / "my_project"
+    code.mkdir()
+    (code / "train.py").write_text(HANGING_SCRIPT)
+    pid_file = tmp_path / "command.pid"
+    sweep_file = code / "hung_command.yaml"
+    sweep_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": "hung_command",
+                "output_dir": str(tmp_path / "runs"),
+                "command": ["python", "train.py", str(pid_file)],
+                "train": {"epochs": 2},
+                "space": {"params": {"x": 1}},
+                "trials": {"num_samples": 1, "stall_timeout_s": 5},
+                "tracking": {"mlflow": {"enabled": False}},
+            },
+            sort_keys=False,
+        )
+    )
+    done = tuner_cli("sweep", str(sweep_file), env={"RAY_TMPDIR": str(ray_tmp), "TUNER_DATA_DIR": str(data_root())})
+    console = done.stdout + done.stderr
+    assert re.search(r"errored at epoch 2: stalled: no report for \d+ s after epoch 1", console), console[-3000:]
+    root = tmp_path / "runs" / "hung_command"
+    [stacks] = root.glob("tune/*/stall-stacks.txt")
+    assert "read_from_the_lost_mount (train.py" in stacks.read_text(), stacks.read_text()[-3000:]
+    assert not Path(f"/proc/{pid_file.read_text()}").exists()  # the command did not outlive its trial
