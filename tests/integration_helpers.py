@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import yaml
 from conftest import SHARED_DATA, require
 
 
@@ -147,6 +148,18 @@ def running_ui(output: Path):
 
 
 # --- sweeps as a user runs them: the CLI in a subprocess -------------------------------------
+def users_sweep(tmp_path: Path, files: dict[str, str], sweep: dict[str, Any]) -> Path:
+    """A user's folder that tuner never saw (``tmp_path/my_project``) with their ``files`` and
+    the sweep file ``<name>.yaml``, its output in ``tmp_path/runs``; the sweep file's path."""
+    folder = tmp_path / "my_project"
+    folder.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    path = folder / f"{sweep['name']}.yaml"
+    path.write_text(yaml.safe_dump({"output_dir": str(tmp_path / "runs"), **sweep}, sort_keys=False))
+    return path
+
+
 FAULT_LAUNCHER = Path(__file__).parent / "support" / "tuner_with_fault.py"
 
 

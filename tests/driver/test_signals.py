@@ -15,8 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
-from integration_helpers import data_root, start_sweep, tuner_cli, wait_for_results
+from integration_helpers import data_root, start_sweep, tuner_cli, users_sweep, wait_for_results
 
 from tuner.folder.records import trial_histories
 from tuner.folder.store import SweepFolder
@@ -40,23 +39,20 @@ SLOW = textwrap.dedent(
 
 
 def _sweep(tmp_path: Path) -> Path:
-    code = tmp_path / "my_project"
-    code.mkdir()
-    (code / "slow.py").write_text(SLOW)
-    path = code / "slow.yaml"
-    sweep = {
-        "name": "slow",
-        "output_dir": str(tmp_path / "runs"),
-        "trainable": "slow:train",
-        "metric": "score",
-        "mode": "max",
-        "train": {"epochs": 4},
-        "space": {"params": {"x": {"uniform": [0.1, 1.0]}}},
-        "scheduler": {"name": "fifo"},
-        "trials": {"num_samples": 3},
-    }
-    path.write_text(yaml.safe_dump(sweep, sort_keys=False))
-    return path
+    return users_sweep(
+        tmp_path,
+        {"slow.py": SLOW},
+        {
+            "name": "slow",
+            "trainable": "slow:train",
+            "metric": "score",
+            "mode": "max",
+            "train": {"epochs": 4},
+            "space": {"params": {"x": {"uniform": [0.1, 1.0]}}},
+            "scheduler": {"name": "fifo"},
+            "trials": {"num_samples": 3},
+        },
+    )
 
 
 def _ray_processes_under(folder: Path) -> list[str]:

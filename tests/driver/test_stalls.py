@@ -11,8 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
-from integration_helpers import data_root, tuner_cli
+from integration_helpers import data_root, tuner_cli, users_sweep
 
 from tuner.driver.stalls import AUTO_FACTOR, AUTO_FLOOR_S, StallWatch, limit_s
 from tuner.folder.records import read_timeline, stall_reasons, trial_histories
@@ -77,25 +76,19 @@ def test_the_watchdog_starts_its_clocks_anew_after_a_resume():
 @pytest.mark.integration
 @pytest.mark.timeout(600)
 def test_a_hung_function_is_stopped_with_its_stacks_retried_and_the_sweep_ends_by_itself(tmp_path, ray_tmp):
-    code = tmp_path / "my_project"
-    code.mkdir()
-    (code / "hangs.py").write_text(HANGING)
-    sweep_file = code / "hangs.yaml"
-    sweep_file.write_text(
-        yaml.safe_dump(
-            {
-                "name": "hangs",
-                "output_dir": str(tmp_path / "runs"),
-                "trainable": "hangs:train",
-                "metric": "score",
-                "mode": "max",
-                "train": {"epochs": 3},
-                "space": {"params": {"x": {"grid": [0.1, 0.2, 0.3, 0.4]}}},
-                "scheduler": {"name": "fifo"},
-                "trials": {"num_samples": 1, "max_failures": 1, "stall_timeout_s": 6},
-            },
-            sort_keys=False,
-        )
+    sweep_file = users_sweep(
+        tmp_path,
+        {"hangs.py": HANGING},
+        {
+            "name": "hangs",
+            "trainable": "hangs:train",
+            "metric": "score",
+            "mode": "max",
+            "train": {"epochs": 3},
+            "space": {"params": {"x": {"grid": [0.1, 0.2, 0.3, 0.4]}}},
+            "scheduler": {"name": "fifo"},
+            "trials": {"num_samples": 1, "max_failures": 1, "stall_timeout_s": 6},
+        },
     )
     done = tuner_cli("sweep", str(sweep_file), env={"RAY_TMPDIR": str(ray_tmp), "TUNER_DATA_DIR": str(data_root())})
     console = done.stdout + done.stderr
@@ -175,24 +168,18 @@ HANGING_SCRIPT = textwrap.dedent(
 @pytest.mark.integration
 @pytest.mark.timeout(600)
 def test_a_hung_command_is_stopped_with_its_python_stacks_and_leaves_no_process(tmp_path, ray_tmp):
-    code = tmp_path / "my_project"
-    code.mkdir()
-    (code / "train.py").write_text(HANGING_SCRIPT)
     pid_file = tmp_path / "command.pid"
-    sweep_file = code / "hung_command.yaml"
-    sweep_file.write_text(
-        yaml.safe_dump(
-            {
-                "name": "hung_command",
-                "output_dir": str(tmp_path / "runs"),
-                "command": ["python", "train.py", str(pid_file)],
-                "train": {"epochs": 2},
-                "space": {"params": {"x": 1}},
-                "trials": {"num_samples": 1, "stall_timeout_s": 5},
-                "tracking": {"mlflow": {"enabled": False}},
-            },
-            sort_keys=False,
-        )
+    sweep_file = users_sweep(
+        tmp_path,
+        {"train.py": HANGING_SCRIPT},
+        {
+            "name": "hung_command",
+            "command": ["python", "train.py", str(pid_file)],
+            "train": {"epochs": 2},
+            "space": {"params": {"x": 1}},
+            "trials": {"num_samples": 1, "stall_timeout_s": 5},
+            "tracking": {"mlflow": {"enabled": False}},
+        },
     )
     done = tuner_cli("sweep", str(sweep_file), env={"RAY_TMPDIR": str(ray_tmp), "TUNER_DATA_DIR": str(data_root())})
     console = done.stdout + done.stderr
