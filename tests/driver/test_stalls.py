@@ -6,8 +6,11 @@ in a subprocess, a local Ray of its own)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ from integration_helpers import data_root, tuner_cli, users_sweep
 from tuner.driver.stalls import AUTO_FACTOR, AUTO_FLOOR_S, StallWatch, limit_s
 from tuner.folder.records import read_timeline, stall_reasons, trial_histories
 from tuner.folder.store import SweepFolder
+from tuner.trial.session import ALIVE_FILE
 
 HANGING = textwrap.dedent(
     """
@@ -49,8 +53,46 @@ HANGING = textwrap.dedent(
 def test_limit_is_fixed_off_or_generous_and_adaptive():
     assert limit_s(None, 100.0) is None
     assert limit_s(20, 1000.0) == 20.0
-    assert limit_s("auto", 0.0) == AUTO_FLOOR_S  # no epoch seen yet: the floor
+    assert limit_s("auto", None) is None  # no silence has ended yet: an epoch's length is unknown
+    assert limit_s("auto", 0.0) == AUTO_FLOOR_S
     assert limit_s("auto", 1000.0) == AUTO_FACTOR * 1000.0
+
+
+class _Trial:
+    """What the watchdog reads of a Tune trial."""
+
+    def __init__(self, trial_id: str, path: Path):
+        self.trial_id, self.path, self.status = trial_id, str(path), "RUNNING"
+        self.last_result = {"training_iteration": 1}
+        self.temporary_state = types.SimpleNamespace(ray_actor=None)
+
+
+def test_training_steps_keep_a_long_epoch_alive_and_their_end_is_a_stall(tmp_path):
+    """tuner's loop touches its heartbeat between steps: a trial that reports once an hour
+    but trains all the while is alive; once its steps stop too, it is stalled."""
+    paths = SweepFolder(tmp_path / "sweep")
+    trial = _Trial("t1", paths.tune / "trial_t1")
+    Path(trial.path).mkdir(parents=True)
+    watch = StallWatch(paths, 30)
+    watch.on_trial_start(0, [trial], trial)
+    now = time.time()
+    watch.clocks["t1"].sign = watch.clocks["t1"].report = now - 100  # reported 100 s ago
+    beat = Path(trial.path) / ALIVE_FILE
+    beat.touch()  # ... and trained a step just now
+    watch.on_step_end(0, [trial])
+    assert not watch.killed and watch.slowest == pytest.approx(100, abs=2)
+
+    os.utime(beat, (now - 40, now - 40))  # its last step 40 s ago, its last sign too
+    watch.clocks["t1"].sign = now - 40
+    watch.next_look = 0.0
+    watch.on_step_end(0, [trial])
+    assert watch.killed == {"t1"}
+    [event] = [e for e in read_timeline(paths) if e["event"] == "stall"]
+    assert re.fullmatch(
+        r"stalled: no report for 10\d s after epoch 1 \(no training step for the last 4\d s\); "
+        r"its threads' stacks: tune/trial_t1/stall-stacks.txt",
+        event["reason"],
+    ), event
 
 
 def test_a_stall_is_the_reason_until_the_trial_starts_again():
@@ -66,11 +108,12 @@ def test_a_stall_is_the_reason_until_the_trial_starts_again():
 
 def test_the_watchdog_starts_its_clocks_anew_after_a_resume():
     watch = StallWatch(SweepFolder(Path("runs/x")), 20.0)
-    watch.last["t1"], watch.slowest = (1.0, 3), 50.0
+    watch.on_trial_start(0, [], _Trial("t1", Path("runs/x/tune/t1")))
+    watch.slowest = 50.0
     import cloudpickle
 
     restored = cloudpickle.loads(cloudpickle.dumps(watch))
-    assert restored.last == {} and restored.slowest == 0.0 and restored.setting == 20.0
+    assert restored.clocks == {} and restored.slowest is None and restored.setting == 20.0
 
 
 @pytest.mark.integration

@@ -9,9 +9,10 @@ into ``stall-stacks.txt`` in the trial's folder, records the stall in the timeli
 kills the trial's process. Tune then counts the death against ``trials.max_failures``:
 the trial is retried from its last checkpoint or ends errored, and the sweep goes on.
 
-``auto`` is generous and adapts: ``AUTO_FACTOR`` times the longest time between two
-reports (or from a trial's start to its first) seen so far in this sweep, never under
-``AUTO_FLOOR_S`` (a first epoch loads data and compiles).
+``auto`` is generous and adapts: ``AUTO_FACTOR`` times the longest silence between two
+signs of life of a trial (its start, a report, a training step of tuner's loop) seen so far
+in this sweep, never under ``AUTO_FLOOR_S`` (a first epoch loads data and compiles); until
+the sweep has seen one such silence end, an epoch's length is unknown and it waits.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from ray.tune import Callback
 
 from tuner.folder.records import append_timeline
 from tuner.folder.store import SweepFolder, current
-from tuner.trial.session import RANKS_DIR
+from tuner.trial.session import ALIVE_FILE, RANKS_DIR
 
 AUTO_FLOOR_S = 600.0
 AUTO_FACTOR = 5.0
@@ -38,42 +40,63 @@ STACKS_FILE = "stall-stacks.txt"
 DUMP_TIMEOUT_S = 30.0
 
 
-def limit_s(setting: str | float | None, slowest_s: float) -> float | None:
-    """How long a running trial may go without a report; None: for ever."""
+def limit_s(setting: str | float | None, slowest_s: float | None) -> float | None:
+    """How long a running trial may go without a sign of life; None: for ever. ``slowest_s``:
+    the longest silence between two signs seen in the sweep so far (None: none seen yet, so
+    an epoch's length is unknown and ``auto`` waits)."""
     if setting is None:
         return None
     if setting == "auto":
-        return max(AUTO_FLOOR_S, AUTO_FACTOR * slowest_s)
+        return None if slowest_s is None else max(AUTO_FLOOR_S, AUTO_FACTOR * slowest_s)
     return float(setting)
 
 
+@dataclass
+class _Clock:
+    sign: float  # wall-clock time of its last sign of life (started, reported, a training step)
+    report: float  # ... of its last report (or start)
+    epoch: int  # its last reported epoch
+
+
 class StallWatch(Callback):
-    """A Tune callback (in the driver) that stops trials gone silent (see the module)."""
+    """A Tune callback (in the driver) that stops trials gone silent (see the module).
+
+    A sign of life is a report, or, from tuner's own loop, the heartbeat file it touches
+    between training steps (``tuner.trial.session.ALIVE_FILE``): a long epoch of tuner's
+    loop is not silence."""
 
     EVERY_S = 1.0
 
     def __init__(self, paths: SweepFolder, setting: str | float | None) -> None:
         self.paths, self.setting = paths, setting
-        self.last: dict[str, tuple[float, int]] = {}  # trial id -> (monotonic time of its last sign, epoch)
-        self.slowest = 0.0  # the longest time between two reports seen in this run
+        self.clocks: dict[str, _Clock] = {}  # the running trials'
+        self.slowest: float | None = None  # the longest silence between two signs seen in this run
         self.killed: set[str] = set()  # stopped, the death not yet handled by Tune
         self.next_look = 0.0
 
     def __getstate__(self) -> dict[str, Any]:  # pickled with the sweep: a resume starts its clocks anew
-        return {**self.__dict__, "last": {}, "slowest": 0.0, "killed": set(), "next_look": 0.0}
+        return {**self.__dict__, "clocks": {}, "slowest": None, "killed": set(), "next_look": 0.0}
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.last[trial.trial_id] = (time.monotonic(), _epoch(trial))
+        now = time.time()
+        self.clocks[trial.trial_id] = _Clock(now, now, _epoch(trial))
         self.killed.discard(trial.trial_id)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        now = time.monotonic()
-        since, _ = self.last.get(trial.trial_id, (now, 0))
-        self.slowest = max(self.slowest, now - since)
-        self.last[trial.trial_id] = (now, int(result.get("training_iteration", 0)))
+        now = time.time()
+        clock = self._signed(trial, now)
+        clock.report, clock.epoch = now, int(result.get("training_iteration", 0))
+
+    def _signed(self, trial: Any, when: float) -> _Clock:
+        """A sign of life at ``when``: the silence it ends counts towards ``auto``'s limit."""
+        clock = self.clocks.setdefault(trial.trial_id, _Clock(when, when, _epoch(trial)))
+        if when > clock.sign:
+            self.slowest = max(self.slowest or 0.0, when - clock.sign)
+            clock.sign = when
+        return clock
 
     def _forget(self, trial: Any) -> None:
-        self.last.pop(trial.trial_id, None)
+        self.clocks.pop(trial.trial_id, None)
         self.killed.discard(trial.trial_id)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
@@ -88,24 +111,29 @@ class StallWatch(Callback):
     def on_step_end(self, iteration, trials, **info):
         if self.setting is None or time.monotonic() < self.next_look:
             return
-        now = self.next_look = time.monotonic()
-        self.next_look += self.EVERY_S
-        limit = limit_s(self.setting, self.slowest)
+        self.next_look = time.monotonic() + self.EVERY_S
+        now = time.time()
         for trial in trials:
             if trial.status != "RUNNING":  # paused, waiting for resources, ended: no clock
-                self.last.pop(trial.trial_id, None)
+                self.clocks.pop(trial.trial_id, None)
                 continue
-            since, epoch = self.last.setdefault(trial.trial_id, (now, _epoch(trial)))
-            if now - since > limit and trial.trial_id not in self.killed:
-                self.stop(trial, now - since, epoch)
+            clock = self.clocks.setdefault(trial.trial_id, _Clock(now, now, _epoch(trial)))
+            beat = _heartbeat(self.paths, trial)
+            if beat is not None and clock.sign < beat <= now:  # (an older one: the last start's)
+                self._signed(trial, beat)
+            limit = limit_s(self.setting, self.slowest)
+            if limit is not None and now - clock.sign > limit and trial.trial_id not in self.killed:
+                self.stop(trial, now - clock.report, now - clock.sign, clock.epoch)
 
-    def stop(self, trial: Any, silent_s: float, epoch: int) -> None:
+    def stop(self, trial: Any, unreported_s: float, silent_s: float, epoch: int) -> None:
         """Keep the stacks of the trial's processes, record why, and kill its process."""
         import ray
 
         self.killed.add(trial.trial_id)
         after = f"after epoch {epoch}" if epoch else "before its first epoch"
-        reason = f"stalled: no report for {silent_s:.0f} s {after}"
+        reason = f"stalled: no report for {unreported_s:.0f} s {after}"
+        if unreported_s - silent_s >= 1:  # it trained for a while after its last report
+            reason += f" (no training step for the last {silent_s:.0f} s)"
         actor = trial.temporary_state.ray_actor
         folder = current(self.paths).tune / Path(trial.path).name
         where = f"{self.paths.tune.name}/{folder.name}/{STACKS_FILE}"
@@ -123,6 +151,15 @@ class StallWatch(Callback):
         append_timeline(current(self.paths), trial.trial_id, "stall", reason=reason, epoch=epoch)
         if actor is not None:
             ray.kill(actor, no_restart=True)  # Tune sees the death: a retry, or an errored trial
+
+
+def _heartbeat(paths: SweepFolder, trial: Any) -> float | None:
+    """When tuner's loop in the trial last touched its heartbeat file (None: no such file, as
+    for a user's function or command, or a sweep at a URI)."""
+    try:
+        return (current(paths).tune / Path(trial.path).name / ALIVE_FILE).stat().st_mtime
+    except (OSError, TypeError):
+        return None
 
 
 def _epoch(trial: Any) -> int:

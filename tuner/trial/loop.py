@@ -193,6 +193,7 @@ def run_training(loop: LoopSettings, session: Session) -> None:
         for step, (x, y) in enumerate(batches):
             if time.monotonic() >= look_at:  # the sweep's spare cores, lent or taken back (SpareCores)
                 look_at = time.monotonic() + LOOK_FOR_CORES_S
+                session.alive()  # and a sign of life for the stall watchdog (tuner.driver.stalls)
                 if (lent := session.threads(loop.threads)) != threads:
                     threads = lent
                     torch.set_num_threads(threads)

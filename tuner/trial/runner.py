@@ -36,7 +36,15 @@ from tuner.models import zoo
 from tuner.models.build import FACTORY
 from tuner.trial.loop import run_training
 from tuner.trial.own import OwnLoop, run_own
-from tuner.trial.session import RANKS_DIR, LoopSettings, Session, TrialHooks, load_state, note_rank
+from tuner.trial.session import (
+    RANKS_DIR,
+    LoopSettings,
+    Session,
+    TrialHooks,
+    load_state,
+    note_rank,
+    touch_alive,
+)
 from tuner.usercode.snapshot import CodeSnapshot, put_first_on_path
 
 _FIT_DONE = "__tuner_fit_done__"
@@ -255,9 +263,14 @@ class _TrainSession(Session):
 
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
+        self.trial_folder = loop.trial_folder
         note_rank(loop.trial_folder, self.rank)
         self.device = torch.device("cpu") if loop.hooks.train_on_cpu else ray.train.torch.get_device()
         self.resume_from = loop.resume_from
+
+    def alive(self) -> None:
+        if self.rank == 0:  # (a rank stuck in a collective holds rank 0's steps too)
+            touch_alive(self.trial_folder)
 
     def resume_checkpoint(self) -> Any:
         import ray.train
@@ -326,6 +339,10 @@ class _TuneSession(Session):
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
         return model.to(self.device)
+
+    def alive(self) -> None:
+        if self.trials_dir is not None:
+            touch_alive(self.trial_dir())
 
     def threads(self, own: int) -> int:
         if self.trials_dir is None or self.device.type != "cpu":

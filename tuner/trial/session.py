@@ -49,6 +49,17 @@ class LoopSettings:
 
 
 RANKS_DIR = ".ranks"  # in a trial's folder: <rank>.json = {"pid", "node_id"} of each Train worker
+ALIVE_FILE = ".alive"  # in a trial's folder: touched by tuner's loop between training steps
+
+
+def touch_alive(trial_folder: str | Path | None) -> None:
+    """A sign of life for the stall watchdog (tuner.driver.stalls): training goes on."""
+    if trial_folder is None:
+        return
+    try:
+        (Path(trial_folder) / ALIVE_FILE).touch()
+    except OSError:  # only the watchdog would miss it
+        pass
 
 
 def note_rank(trial_folder: str | None, rank: int) -> None:
@@ -104,6 +115,10 @@ class Session:
         """The torch threads the next training steps may use: ``own`` (the worker's CPUs), or more
         where the sweep's driver lends it spare cores (tuner.driver.callbacks.SpareCores)."""
         return own
+
+    def alive(self) -> None:
+        """Training goes on (called between steps every few seconds): a sign of life for the
+        sweep's stall watchdog, which reports alone would give only once an epoch."""
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
         raise NotImplementedError
