@@ -42,3 +42,22 @@ def test_a_function_without_a_data_section_has_no_data_in_its_plan(tmp_path: Pat
     assert describe(sweep, 2, False, None, SweepFolder(tmp_path / "p")).splitlines()[0] == (
         "sweep p: 4 trial(s) x up to 3 epoch(s) of trainable my_train:train"
     )
+
+
+def test_a_resumed_copy_says_its_mlflow_records_go_on_where_the_sweep_began(tmp_path):
+    """A folder copied elsewhere keeps writing to the runs (and store) its mlflow.json names:
+    the plan says so, rather than let the user look in the store beside the copy."""
+    from tuner.driver.sweep import _records_elsewhere
+    from tuner.folder import records
+
+    original, copy = SweepFolder(tmp_path / "a" / "runs" / "p"), SweepFolder(tmp_path / "b" / "runs" / "p")
+    store = f"sqlite:///{tmp_path / 'a' / 'runs' / 'mlflow.db'}"
+    sweep_here = SweepConfig.model_validate({"name": "p", **MNIST, "output_dir": str(copy.root.parent)})
+    for paths in (original, copy):
+        paths.root.mkdir(parents=True)
+        records.write_mlflow_state(paths, {"tracking_uri": store, "folder": str(original.root)})
+    assert _records_elsewhere(sweep_here, copy) == (
+        f"  MLflow: its records go on in the runs it began with, in {store}; it began in {original.root}"
+    )
+    sweep_there = SweepConfig.model_validate({"name": "p", **MNIST, "output_dir": str(original.root.parent)})
+    assert _records_elsewhere(sweep_there, original) is None  # where it began: nothing to say

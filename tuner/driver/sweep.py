@@ -234,6 +234,19 @@ def _fit_and_export(
             ray.shutdown()
 
 
+def _records_elsewhere(sweep: SweepConfig, paths: SweepFolder) -> str | None:
+    """A line for a resumed folder whose MLflow records go on where the sweep began, when that
+    is not where a sweep in this folder would write them (the folder was copied or moved)."""
+    from tuner.tracking.mlflow_runs import tracking_uri
+
+    state = records.read_mlflow_state(paths)
+    uri, began = state.get("tracking_uri"), state.get("folder")
+    if not uri or (uri == tracking_uri(sweep) and began in (None, paths.where)):
+        return None
+    where = f"; it began in {began}" if began and began != paths.where else ""
+    return f"  MLflow: its records go on in the runs it began with, in {uri}{where}"
+
+
 def _reporter(sweep: SweepConfig, paths: SweepFolder) -> Any:
     """The progress view (tuner/driver/progress.py), seeded with a resumed sweep's best so far."""
     from tuner.driver.progress import Progress, Reporter
@@ -290,6 +303,8 @@ def _run(
         )
     for line in [] if resume or paths.part > 1 else earlier_run_note(sweep, paths):  # not when extending
         show(line)
+    if resume and sweep.tracking.mlflow.enabled and (elsewhere := _records_elsewhere(sweep, paths)):
+        show(elsewhere)
     data_ref = ray.put(data) if data is not None else None
     reporter = _reporter(sweep, paths)
     tuner = build_tuner(

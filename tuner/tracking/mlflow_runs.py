@@ -74,6 +74,7 @@ class SweepRecord:
         self.paths = paths
         state = records.read_mlflow_state(paths)
         self.uri = state.get("tracking_uri") or tracking_uri(sweep)  # a resume keeps its store
+        self.began_in = state.get("folder") or paths.where  # a copied or moved folder says where it began
         self.trials: dict[str, str] = state.get("trials", {})
         self.last_step: dict[str, int] = state.get("last_step", {})
         self.model: dict[str, Any] = state.get("model", {})  # what finish() registered (or only logged) last
@@ -142,6 +143,7 @@ class SweepRecord:
     def save(self) -> None:
         state = {
             "tracking_uri": self.uri,
+            "folder": self.began_in,
             "experiment_id": self.experiment_id,
             "parent_run_id": self.parent_run_id,
             "parent_artifacts": self.parent_artifacts,
