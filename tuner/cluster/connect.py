@@ -49,6 +49,9 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
         # sets its loggers' level from this variable when it is imported.
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # its bars when it logs the model
+        # "View run ... at: http://..." and the like, printed by MLflow for a server's runs
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        os.environ.setdefault("MLFLOW_PRINT_MODEL_URLS_ON_CREATION", "false")
         logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
     address = address or os.environ.get("RAY_ADDRESS")
     common = {"log_to_driver": verbose, "configure_logging": True, "logging_level": "INFO" if verbose else "WARNING"}

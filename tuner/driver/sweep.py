@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -167,6 +168,8 @@ def _finished(sweep: SweepConfig, paths: SweepFolder) -> SweepOutcome | None:
     ended = all(t.status in ("finished", "stopped_early") for t in summaries)
     if not (ended and len(summaries) >= sweep.total_trials and exported.is_file()):
         return None
+    if sweep.tracking.mlflow.enabled and records.mlflow_behind(paths):
+        return None  # MLflow lacks records the history holds: resume writes them
     show(
         f"{paths.where}: the sweep has finished ({len(summaries)} trial(s) ended); nothing to resume. "
         f"More trials: {tuner_command()} extend {paths.where} --trials N"
@@ -338,8 +341,9 @@ def _run(
         if store.failed_write(error, paths.root) is not None:
             raise error
     if interrupted.is_set():
-        if sweep.tracking.mlflow.enabled:
-            tracking.SweepRecord(sweep, paths).fail()
+        if sweep.tracking.mlflow.enabled and not records.mlflow_behind(paths):
+            with _unless_mlflow_is_away(paths):
+                tracking.SweepRecord(sweep, paths).fail()
         raise SweepInterrupted(paths.where)
     every = list(results)
     if paths.part > 1:  # an extended sweep: the best over every part's trials
@@ -347,9 +351,30 @@ def _run(
 
         every = [*all_results(sweep, dataclasses.replace(paths, part=paths.part - 1)), *results]
     exported = exporter(sweep)(sweep, paths, every, to=paths.best, overwrite=True)
-    if sweep.tracking.mlflow.enabled:
-        record = tracking.SweepRecord(sweep, paths)
-        version = record.finish(exported.metrics, paths.best, exported)
-        if version is not None:  # None: not registered (tracking.mlflow.registry: false)
-            exported.metrics["model_version"] = version
+    if sweep.tracking.mlflow.enabled and not records.mlflow_behind(paths):
+        with _unless_mlflow_is_away(paths):
+            record = tracking.SweepRecord(sweep, paths)
+            version = record.finish(exported.metrics, paths.best, exported)
+            if version is not None:  # None: not registered (tracking.mlflow.registry: false)
+                exported.metrics["model_version"] = version
+    if sweep.tracking.mlflow.enabled and (behind := records.mlflow_behind(paths)):
+        show(
+            f"  {behind}: the best model is exported here, not logged there; once it is back, "
+            f"{tuner_command()} resume {paths.where} writes every record the history holds"
+        )
+        exported.metrics["mlflow_behind"] = True
     return SweepOutcome(paths, results, exported.metrics)
+
+
+@contextlib.contextmanager
+def _unless_mlflow_is_away(paths: SweepFolder) -> Iterator[None]:
+    """A tracking server that does not answer at the sweep's end is noted (``resume`` writes
+    its records later), not an error: the sweep's outcome is in its folder."""
+    from tuner.tracking.mlflow_runs import unreachable
+
+    try:
+        yield
+    except Exception as error:
+        if (why := unreachable(error)) is None:
+            raise
+        records.note_mlflow_behind(paths, f"MLflow was unreachable at the sweep's end ({why})")

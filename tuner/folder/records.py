@@ -175,6 +175,25 @@ def write_mlflow_state(paths: SweepFolder, state: dict[str, Any]) -> None:
     write_atomic(paths.mlflow_state, json.dumps(state, indent=2))
 
 
+MLFLOW_BEHIND = "mlflow.behind"  # in the sweep folder while MLflow lacks records the history has
+
+
+def note_mlflow_behind(paths: SweepFolder, why: str) -> None:
+    write_atomic(paths.root / MLFLOW_BEHIND, why + "\n")
+
+
+def mlflow_behind(paths: SweepFolder) -> str | None:
+    """Why MLflow lacks some of the sweep's records (its server was away), or None."""
+    try:
+        return (paths.root / MLFLOW_BEHIND).read_text().strip() or "unreachable"
+    except OSError:
+        return None
+
+
+def mlflow_caught_up(paths: SweepFolder) -> None:
+    (paths.root / MLFLOW_BEHIND).unlink(missing_ok=True)
+
+
 # --- the one definition of "best" ---------------------------------------------------------------
 @dataclass(frozen=True)
 class BestEpoch:

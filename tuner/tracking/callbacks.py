@@ -8,13 +8,16 @@ Tune sets it up.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 from ray.tune.logger import TBXLoggerCallback
 from ray.tune.logger.tensorboardx import VALID_SUMMARY_TYPES
@@ -25,8 +28,9 @@ from tensorboardX.writer import FileWriter
 
 from tuner.folder import records, store
 from tuner.folder.store import SweepFolder
+from tuner.invocation import tuner_command
 from tuner.spec.config import SweepConfig
-from tuner.tracking.mlflow_runs import FLUSH_S, SweepRecord
+from tuner.tracking.mlflow_runs import FLUSH_S, SweepRecord, fail_fast_over_http, tracking_uri, unreachable
 
 
 class MlflowTrials(Callback):
@@ -43,25 +47,100 @@ class MlflowTrials(Callback):
     resume) and opens the record in ``setup``, which Tune calls on every (re)start.
     """
 
+    PROBE_S = 5.0  # while the tracking server is away: how often the writer asks again
+
     def __init__(self, sweep: SweepConfig, paths: SweepFolder) -> None:
         self.sweep, self.paths = sweep, paths
         self.record: SweepRecord | None = None
         self.writer: ThreadPoolExecutor | None = None
         self.writes: list[Future] = []
+        self.missed: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []  # held while MLflow is away
+        self.away_since: float | None = None
+        self.next_probe = 0.0
 
     def setup(self, **info: Any) -> None:
+        fail_fast_over_http(self._uri())
         self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-mlflow")
         self._then(self._open)
 
+    def _uri(self) -> str:
+        return (
+            self.record.uri
+            if self.record
+            else records.read_mlflow_state(self._folder()).get("tracking_uri") or tracking_uri(self.sweep)
+        )
+
+    def _folder(self) -> SweepFolder:
+        return store.current(self.paths)
+
     def _open(self) -> None:
-        self.record = SweepRecord(self.sweep, store.current(self.paths))
-        self.record.backfill(records.trial_histories(store.current(self.paths)))
+        self.record = SweepRecord(self.sweep, self._folder())
+        self.record.backfill(records.trial_histories(self._folder()))
+        records.mlflow_caught_up(self._folder())  # what an earlier run could not write is written now
 
     def _then(self, write: Callable[..., Any], *args: Any) -> None:
         """Queue a write after the others; first raise any that failed."""
         self._raise_failed(wait=False)
         # In a copy of this context: the folder being written now, the refused writes.
-        self.writes.append(self.writer.submit(contextvars.copy_context().run, write, *args))
+        self.writes.append(self.writer.submit(contextvars.copy_context().run, self._guarded, write, *args))
+
+    # --- a tracking server that goes away -----------------------------------------------------
+    # The history holds every epoch whatever MLflow does, so the sweep never waits for it: a
+    # write that finds the server away is kept, in order, with every one after it; the
+    # writer asks again every PROBE_S, then writes what was kept and fills the gaps from the
+    # history (a flush cut short drops its epochs: backfill). Each is said once.
+    def _guarded(self, write: Callable[..., Any], *args: Any) -> None:
+        if self.missed:  # away: keep the order
+            self.missed.append((write, args))
+            return
+        try:
+            write(*args)
+        except Exception as error:
+            if (why := unreachable(error)) is None:
+                raise
+            self.missed.append((write, args))
+            self._went_away(why)
+
+    def _went_away(self, why: str) -> None:
+        self.away_since = time.monotonic()
+        self.next_probe = self.away_since + self.PROBE_S
+        records.note_mlflow_behind(self._folder(), f"MLflow at {self._uri()} was unreachable ({why})")
+        _say(
+            f"MLflow at {self._uri()} is unreachable ({why}); the sweep goes on, its records kept in the history "
+            "until MLflow is back"
+        )
+
+    def _probe(self) -> bool:
+        """(Writer thread.) Whether MLflow answers again; if so, write what it missed."""
+        if not self.missed:
+            return True
+        try:
+            MlflowClient(self._uri()).search_experiments(max_results=1)
+            if self.record is not None:  # first the epochs a flush cut short dropped, in order
+                self.record.backfill(records.trial_histories(self._folder()))
+            missed, self.missed = self.missed, []
+            for done, (write, args) in enumerate(missed):  # then the rest (a repeated epoch is skipped)
+                try:
+                    write(*args)
+                except Exception as error:
+                    if unreachable(error) is None:
+                        raise
+                    self.missed = missed[done:]
+                    return False
+        except Exception as error:
+            if unreachable(error) is None:
+                raise
+            return False
+        away = time.monotonic() - (self.away_since or time.monotonic())
+        records.mlflow_caught_up(self._folder())
+        _say(f"MLflow at {self._uri()} is back after {away:.0f} s; what it missed is written")
+        self.away_since = None
+        return True
+
+    def on_step_end(self, iteration, trials, **info):
+        if self.missed and time.monotonic() >= self.next_probe:  # (read across threads: a late probe is harmless)
+            self.next_probe = time.monotonic() + self.PROBE_S
+            self.writes.append(self.writer.submit(contextvars.copy_context().run, self._probe))
 
     def _raise_failed(self, wait: bool) -> None:
         done = [w for w in self.writes if wait or w.done()]
@@ -107,14 +186,49 @@ class MlflowTrials(Callback):
         self.record.client.set_tag(self.record.trial_run(trial_id, config), "tuner.status", "retrying")
 
     def on_experiment_end(self, trials, **info):  # finished, failed or interrupted
+        # Trials that ended while MLflow was away, in an earlier run of this sweep, have no run
+        # yet: made now, with the epochs the history has for them.
+        ended = [(t.trial_id, dict(t.config), _status(t, self.sweep.max_epochs)) for t in trials]
+        self._then(self._every_trial_recorded, ended)
         self._then(lambda: self.record.flush(save=True))
         try:
             self._raise_failed(wait=True)
+            if self.missed:  # one last time, then leave it for a later resume
+                self.writer.submit(contextvars.copy_context().run, self._probe).result()
+            if self.missed:
+                _say(
+                    f"MLflow at {self._uri()} is still unreachable: the history keeps what it lacks, and "
+                    f"{tuner_command()} resume {self._folder().where} writes it there once it is back"
+                )
         finally:
             self.writer.shutdown(wait=True)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "record": None, "writer": None, "writes": []}  # reopened in setup()
+    def _every_trial_recorded(self, ended: list[tuple[str, dict[str, Any], str | None]]) -> None:
+        for trial_id, config, status in [row for row in ended if row[0] not in self.record.trials and row[2]]:
+            self.record.trial_run(trial_id, config)
+            if status is not None:
+                self.record.end_trial(trial_id, config, status)
+
+    def __getstate__(self) -> dict[str, Any]:  # reopened in setup()
+        return {**self.__dict__, "record": None, "writer": None, "writes": [], "missed": [], "away_since": None}
+
+
+def _status(trial: Any, max_epochs: int) -> str | None:
+    """How an ended trial ended, as its run's ``tuner.status`` says; None: it has not."""
+    if trial.status == "ERROR":
+        return "errored"
+    if trial.status != "TERMINATED":
+        return None
+    epochs = int((trial.last_result or {}).get("training_iteration", 0))
+    return "finished" if epochs >= max_epochs else "stopped_early"
+
+
+def _say(line: str) -> None:
+    """A line among the sweep's own (rich's live view, when there is one, prints it above
+    itself); a reader gone away (``| head``) is not the sweep's concern."""
+    with contextlib.suppress(OSError, ValueError):  # (one write: another thread's line never splits it)
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 # --- TensorBoard ------------------------------------------------------------------------------

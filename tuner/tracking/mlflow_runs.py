@@ -57,6 +57,29 @@ def tracking_uri(sweep: SweepConfig) -> str:
     return f"sqlite:///{Path(sweep.output_dir).expanduser().resolve() / 'mlflow.db'}"
 
 
+def fail_fast_over_http(uri: str) -> None:
+    """An MLflow server that is away fails a call within about 15 s, not MLflow's 4 minutes of
+    retries (the writer then keeps the records for later: tuner.tracking.callbacks). A user's
+    own setting of these variables wins."""
+    if uri.startswith(("http://", "https://")):
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+
+def unreachable(error: BaseException) -> str | None:
+    """A short reason when ``error`` says the tracking server cannot be reached now (refused,
+    timed out, a 5xx answer), else None: a server that went away, not a bad request."""
+    import requests
+
+    text = str(error)
+    if isinstance(error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
+        return type(error).__name__
+    markers = ("Max retries exceeded", "Connection refused", "timed out", "Failed to establish", "too many 5")
+    if type(error).__name__ == "MlflowException" and "API request to" in text and any(m in text for m in markers):
+        return "connection refused" if "refused" in text else "no answer"
+    return None
+
+
 def registered_model_name(sweep: SweepConfig) -> str:
     from tuner.models.build import label
 
