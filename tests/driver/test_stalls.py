@@ -130,7 +130,7 @@ def test_a_hung_function_is_stopped_with_its_stacks_retried_and_the_sweep_ends_b
             "train": {"epochs": 3},
             "space": {"params": {"x": {"grid": [0.1, 0.2, 0.3, 0.4]}}},
             "scheduler": {"name": "fifo"},
-            "trials": {"num_samples": 1, "max_failures": 1, "stall_timeout_s": 6},
+            "trials": {"num_samples": 1, "max_failures": 1, "stall_timeout_s": 8},
         },
     )
     done = tuner_cli("sweep", str(sweep_file), env={"RAY_TMPDIR": str(ray_tmp), "TUNER_DATA_DIR": str(data_root())})
