@@ -22,6 +22,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from tuner.console import SAYING
+
 ENDED = ("TERMINATED", "ERROR")
 
 
@@ -179,6 +181,7 @@ class Reporter:
 
     def __enter__(self) -> Reporter:
         self._shown = _SHOWING.set(self)
+        self._saying = SAYING.set(self.say)  # lines from below the driver (tuner.console.say)
         if self.live_mode:
             from rich.console import Console
             from rich.live import Live
@@ -194,6 +197,7 @@ class Reporter:
 
     def __exit__(self, *exc: Any) -> None:
         _SHOWING.reset(self._shown)
+        SAYING.reset(self._saying)
         if self._live is not None:
             self._live.refresh()
             self._live.stop()
@@ -256,7 +260,8 @@ def show(text: str, stream: TextIO | None = None) -> bool:
     at os.devnull so that no later print (nor Python's flush at exit) fails either."""
     stream = stream or sys.stdout
     try:
-        print(text, file=stream, flush=True)
+        stream.write(text + "\n")  # one write: a line said from another thread (the MLflow writer's) never splits it
+        stream.flush()
     except BrokenPipeError:
         if stream is sys.stdout:
             quiet_stdout()
