@@ -8,16 +8,13 @@ Tune sets it up.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import os
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 from ray.tune.logger import TBXLoggerCallback
 from ray.tune.logger.tensorboardx import VALID_SUMMARY_TYPES
@@ -26,11 +23,18 @@ from tensorboardX.event_file_writer import EventsWriter
 from tensorboardX.record_writer import directory_check
 from tensorboardX.writer import FileWriter
 
+from tuner.console import say
 from tuner.folder import records, store
 from tuner.folder.store import SweepFolder
-from tuner.invocation import tuner_command
 from tuner.spec.config import SweepConfig
-from tuner.tracking.mlflow_runs import FLUSH_S, SweepRecord, fail_fast_over_http, tracking_uri, unreachable
+from tuner.tracking.mlflow_runs import (
+    FLUSH_S,
+    SweepRecord,
+    answers,
+    fail_fast_over_http,
+    tracking_uri,
+    unreachable,
+)
 
 
 class MlflowTrials(Callback):
@@ -56,7 +60,7 @@ class MlflowTrials(Callback):
         self.writes: list[Future] = []
         self.missed: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []  # held while MLflow is away
         self.away_since: float | None = None
-        self.next_probe = 0.0
+        self.next_probe = self.next_flush = 0.0
 
     def setup(self, **info: Any) -> None:
         fail_fast_over_http(self._uri())
@@ -105,7 +109,7 @@ class MlflowTrials(Callback):
         self.away_since = time.monotonic()
         self.next_probe = self.away_since + self.PROBE_S
         records.note_mlflow_behind(self._folder(), f"MLflow at {self._uri()} was unreachable ({why})")
-        _say(
+        say(
             f"MLflow at {self._uri()} is unreachable ({why}); the sweep goes on, its records kept in the history "
             "until MLflow is back"
         )
@@ -115,7 +119,8 @@ class MlflowTrials(Callback):
         if not self.missed:
             return True
         try:
-            MlflowClient(self._uri()).search_experiments(max_results=1)
+            if not answers(self._uri()):
+                return False
             if self.record is not None:  # first the epochs a flush cut short dropped, in order
                 self.record.backfill(records.trial_histories(self._folder()))
             missed, self.missed = self.missed, []
@@ -133,14 +138,26 @@ class MlflowTrials(Callback):
             return False
         away = time.monotonic() - (self.away_since or time.monotonic())
         records.mlflow_caught_up(self._folder())
-        _say(f"MLflow at {self._uri()} is back after {away:.0f} s; what it missed is written")
+        say(f"MLflow at {self._uri()} is back after {away:.0f} s; what it missed is written")
         self.away_since = None
         return True
 
     def on_step_end(self, iteration, trials, **info):
-        if self.missed and time.monotonic() >= self.next_probe:  # (read across threads: a late probe is harmless)
-            self.next_probe = time.monotonic() + self.PROBE_S
-            self.writes.append(self.writer.submit(contextvars.copy_context().run, self._probe))
+        now = time.monotonic()
+        if self.missed:  # (read across threads: a late probe is harmless)
+            if now >= self.next_probe:
+                self.next_probe = now + self.PROBE_S
+                self.writes.append(self.writer.submit(contextvars.copy_context().run, self._probe))
+        elif now >= self.next_flush:
+            self.next_flush = now + FLUSH_S
+            self._then(self._flush_due)
+
+    def _flush_due(self) -> None:
+        """Epochs queued ``FLUSH_S`` ago or more, written though no result has come since to
+        write them with: a slow epoch's, or those of trials that all wait (a server that went
+        away meanwhile is noticed then too, not at the next result)."""
+        if self.record is not None and self.record.pending and time.monotonic() - self.record.flushed_at >= FLUSH_S:
+            self.record.flush()
 
     def _raise_failed(self, wait: bool) -> None:
         done = [w for w in self.writes if wait or w.done()]
@@ -193,13 +210,9 @@ class MlflowTrials(Callback):
         self._then(lambda: self.record.flush(save=True))
         try:
             self._raise_failed(wait=True)
-            if self.missed:  # one last time, then leave it for a later resume
+            if self.missed:  # one last time; still away, the folder's mlflow.behind stays, and the
+                # driver says after the export how its records get written (tuner.driver.sweep)
                 self.writer.submit(contextvars.copy_context().run, self._probe).result()
-            if self.missed:
-                _say(
-                    f"MLflow at {self._uri()} is still unreachable: the history keeps what it lacks, and "
-                    f"{tuner_command()} resume {self._folder().where} writes it there once it is back"
-                )
         finally:
             self.writer.shutdown(wait=True)
 
@@ -209,8 +222,13 @@ class MlflowTrials(Callback):
             if status is not None:
                 self.record.end_trial(trial_id, config, status)
 
-    def __getstate__(self) -> dict[str, Any]:  # reopened in setup()
-        return {**self.__dict__, "record": None, "writer": None, "writes": [], "missed": [], "away_since": None}
+    def __getstate__(self) -> dict[str, Any]:  # the rest is made anew, and reopened in setup()
+        return {"sweep": self.sweep, "paths": self.paths}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Only these two: a sweep that an earlier tuner pickled lacks the fields added since
+        # (the writes kept while the server was away, the next probe, the next flush).
+        self.__init__(state["sweep"], state["paths"])
 
 
 def _status(trial: Any, max_epochs: int) -> str | None:
@@ -221,14 +239,6 @@ def _status(trial: Any, max_epochs: int) -> str | None:
         return None
     epochs = int((trial.last_result or {}).get("training_iteration", 0))
     return "finished" if epochs >= max_epochs else "stopped_early"
-
-
-def _say(line: str) -> None:
-    """A line among the sweep's own (rich's live view, when there is one, prints it above
-    itself); a reader gone away (``| head``) is not the sweep's concern."""
-    with contextlib.suppress(OSError, ValueError):  # (one write: another thread's line never splits it)
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
 
 
 # --- TensorBoard ------------------------------------------------------------------------------
