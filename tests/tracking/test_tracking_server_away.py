@@ -2,10 +2,14 @@
 longer than the client's retries while a sweep runs (``python -m tuner`` in a subprocess,
 a local Ray of its own), then started again on the same store. The sweep goes on, says once
 that MLflow is unreachable and once that it is back, and nothing is lost; a server still
-away at the end leaves the records to ``resume``."""
+away at the end leaves the records to ``resume``. The pure rules (what counts as away, the
+writer's queue): tests/tracking/test_server_away_rules.py."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -22,22 +26,29 @@ from tuner.folder.store import SweepFolder
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
+# Half a second an epoch; after epoch 3 each trial waits for the test's word (the file
+# RELEASE), so the sweep outlives the server's absence however slowly a loaded machine
+# starts it again, and no more.
 SLOW = textwrap.dedent(
     """
+    import os
     import time
 
 
     def train(params, context):
         for epoch in range(context.start_epoch, context.max_epochs):
-            time.sleep(1.0)
+            time.sleep(0.5)
             context.report({"score": params["x"] * (epoch + 1)})
+            while epoch + 1 >= 3 and not os.path.exists(RELEASE):
+                time.sleep(0.2)
     """
 )
-EPOCHS = 40
+EPOCHS = 6
+AWAY_S = 5  # and its start again (7-9 s here): longer than a call's retries when the port refuses (4 s)
 
 
 class MlflowServer:
-    """``mlflow server`` on 127.0.0.1 with a sqlite store of the test's own."""
+    """``mlflow server`` on 127.0.0.1 with a sqlite store of its own; stopped by its process id."""
 
     def __init__(self, folder: Path):
         self.folder, self.port = folder, free_port()
@@ -66,100 +77,152 @@ class MlflowServer:
         raise AssertionError("mlflow server did not answer /health in 90 s")
 
     def stop(self) -> None:
-        import os
-        import signal
-
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)  # gone at once, as a crashed server is
             self.process.wait()
 
-    def epochs(self) -> dict[str, list[int]]:
-        """Each trial run's steps of the metric, as the server holds them."""
+    def epochs(self, sweep_root: Path) -> dict[str, list[int]]:
+        """Each trial run's steps of the metric, as the server holds them, for the trials of
+        the sweep in ``sweep_root``."""
         from mlflow.tracking import MlflowClient
 
+        ours = set(trial_histories(SweepFolder(sweep_root)))
         client = MlflowClient(self.uri)
         runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`tuner.kind` = 'trial'")
         return {
             run.data.tags["tuner.trial_id"]: sorted(m.step for m in client.get_metric_history(run.info.run_id, "score"))
             for run in runs
+            if run.data.tags["tuner.trial_id"] in ours
         }
 
 
-@pytest.fixture
-def server(tmp_path):
-    running = MlflowServer(tmp_path / "mlflow-server")
-    running.folder.mkdir()
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """One server for the module (its start takes 5-15 s here); each test's sweep has a name,
+    and so an experiment, of its own."""
+    folder = tmp_path_factory.mktemp("mlflow-server")
+    running = MlflowServer(folder)
     running.start()
     yield running
     running.stop()
 
 
-def _sweep(tmp_path: Path, uri: str) -> Path:
-    return users_sweep(
-        tmp_path,
-        {"slow.py": SLOW},
-        {
-            "name": "away",
+@pytest.fixture
+def server(mlflow_server):
+    if mlflow_server.process is None or mlflow_server.process.poll() is not None:
+        mlflow_server.start()  # a test before stopped it
+    return mlflow_server
+
+
+class Sweep:
+    """``tuner sweep`` in a subprocess, its stdout read as it comes."""
+
+    def __init__(self, tmp_path: Path, name: str, uri: str, ray_tmp: Path):
+        self.release = tmp_path / "release"
+        self.root = tmp_path / "runs" / name
+        self.env = {"RAY_TMPDIR": str(ray_tmp), "TUNER_DATA_DIR": str(data_root())}
+        sweep = {
+            "name": name,
             "trainable": "slow:train",
             "metric": "score",
             "mode": "max",
             "train": {"epochs": EPOCHS},
             "space": {"params": {"x": {"grid": [0.5, 0.9]}}},
             "scheduler": {"name": "fifo"},
-            "trials": {"num_samples": 1},
+            "trials": {"num_samples": 1, "stall_timeout_s": None},  # a held trial is the test's doing
             "tracking": {"mlflow": {"tracking_uri": uri}},
-        },
-    )
+        }
+        code = SLOW.replace("RELEASE", repr(str(self.release)))
+        self.process = start_sweep(users_sweep(tmp_path, {"slow.py": code}, sweep), env=self.env)
+        self.output: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.output.extend(self.process.stdout), daemon=True)
+        self.reader.start()
+
+    def console(self) -> str:
+        return "".join(self.output)
+
+    def wait_for(self, what: str, condition, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert self.process.poll() is None, f"the sweep ended before {what}:\n{self.console()[-3000:]}"
+            assert time.monotonic() < deadline, f"no {what} in {timeout_s:g} s:\n{self.console()[-3000:]}"
+            time.sleep(0.2)
+
+    def epochs_in(self) -> int:
+        return sum(len(p.read_text().splitlines()) for p in self.root.glob("history/*.jsonl"))
+
+    def let_go(self) -> tuple[str, int]:
+        """Let the trials finish; the whole console and the exit code."""
+        self.release.touch()
+        self.process.wait(timeout=300)
+        self.reader.join(timeout=10)
+        return self.console() + self.process.stderr.read(), self.process.returncode
+
+    def every_epoch(self) -> dict[str, list[int]]:
+        return {trial: list(range(1, EPOCHS + 1)) for trial in trial_histories(SweepFolder(self.root))}
+
+    def end(self) -> None:
+        """After a failed test: let its trials go and give it 60 s, then kill its group."""
+        self.release.touch()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
 
 
-def _run(tmp_path: Path, server: MlflowServer, ray_tmp: Path, back_after_s: float | None) -> tuple[str, int]:
-    """The sweep, the server stopped once 2 epochs are in and, unless None, started again
-    ``back_after_s`` later; its console and exit code."""
-    env = {"RAY_TMPDIR": str(ray_tmp), "TUNER_DATA_DIR": str(data_root())}
-    process = start_sweep(_sweep(tmp_path, server.uri), env=env)
-    output: list[str] = []
-    reader = threading.Thread(target=lambda: output.extend(process.stdout), daemon=True)
-    reader.start()
-    root = tmp_path / "runs" / "away"
-    deadline = time.monotonic() + 180
-    while sum(len(p.read_text().splitlines()) for p in root.glob("history/*.jsonl")) < 2:
-        assert process.poll() is None and time.monotonic() < deadline, "".join(output)[-3000:]
-        time.sleep(0.2)
+@pytest.fixture
+def sweep_of(tmp_path, ray_tmp):
+    """``sweep_of(name, uri)``: a Sweep started now, ended after the test (before its Ray's
+    temp folder is cleaned: this fixture depends on ray_tmp)."""
+    started: list[Sweep] = []
+
+    def start(name: str, uri: str) -> Sweep:
+        started.append(Sweep(tmp_path, name, uri, ray_tmp))
+        return started[-1]
+
+    yield start
+    for sweep in started:
+        sweep.end()
+
+
+def test_a_server_away_for_longer_than_the_retries_loses_nothing_and_is_said_once_each_way(server, sweep_of):
+    sweep = sweep_of("away", server.uri)
+    sweep.wait_for("a first epoch of each trial", lambda: sweep.epochs_in() >= 2)
     server.stop()
-    if back_after_s is not None:
-        time.sleep(back_after_s)
-        server.start()
-    process.wait(timeout=300)
-    reader.join(timeout=10)
-    return "".join(output) + process.stderr.read(), process.returncode
+    sweep.wait_for("the line that MLflow is unreachable", lambda: "is unreachable" in sweep.console(), 60)
+    time.sleep(AWAY_S)
+    server.start()
+    sweep.wait_for("the line that MLflow is back", lambda: "is back after" in sweep.console(), 60)
+    console, code = sweep.let_go()  # the last epochs with the server there again
 
-
-def test_a_server_away_for_longer_than_the_retries_loses_nothing_and_is_said_once_each_way(tmp_path, server, ray_tmp):
-    console, code = _run(tmp_path, server, ray_tmp, back_after_s=15)
     assert code == 0, console[-3000:]
     assert console.count(f"MLflow at {server.uri} is unreachable") == 1, console[-3000:]
     assert console.count(f"MLflow at {server.uri} is back after") == 1, console[-3000:]
+    # among tuner's own lines, through its reporter: stamped like them
+    assert re.search(r"^\[ *\d+s\] MLflow at \S+ is unreachable", console, re.MULTILINE), console[-3000:]
     assert "View run" not in console and "View experiment" not in console  # MLflow's own lines
-    root = tmp_path / "runs" / "away"
-    histories = trial_histories(SweepFolder(root))
-    assert server.epochs() == {trial: list(range(1, EPOCHS + 1)) for trial in histories}
-    assert not (root / MLFLOW_BEHIND).exists()
+    assert server.epochs(sweep.root) == sweep.every_epoch()
+    assert not (sweep.root / MLFLOW_BEHIND).exists()
 
 
-def test_a_server_still_away_at_the_end_leaves_the_records_to_resume(tmp_path, server, ray_tmp):
-    console, code = _run(tmp_path, server, ray_tmp, back_after_s=None)
-    root = tmp_path / "runs" / "away"
+def test_a_server_still_away_at_the_end_leaves_the_records_to_resume(server, sweep_of):
+    sweep = sweep_of("away-to-the-end", server.uri)
+    sweep.wait_for("a first epoch of each trial", lambda: sweep.epochs_in() >= 2)
+    server.stop()
+    console, code = sweep.let_go()  # away from epoch 1 or 2 to the end
+
     assert code == 0, console[-3000:]
-    assert (root / "best" / "metrics.json").is_file()  # the sweep's outcome does not wait for MLflow
-    assert f"MLflow at {server.uri} is still unreachable" in console, console[-3000:]
-    assert f"resume {root}" in console
-    assert (root / MLFLOW_BEHIND).exists()
+    assert (sweep.root / "best" / "metrics.json").is_file()  # the sweep's outcome does not wait for MLflow
+    assert console.count(f"MLflow at {server.uri} is unreachable") == 1, console[-3000:]
+    assert "is back after" not in console
+    assert console.count(f"resume {sweep.root} writes every record") == 1, console[-3000:]  # once, after the export
+    assert (sweep.root / MLFLOW_BEHIND).exists()
 
     server.start()
-    resumed = tuner_cli("resume", str(root), env={"RAY_TMPDIR": str(ray_tmp), "TUNER_DATA_DIR": str(data_root())})
+    resumed = tuner_cli("resume", str(sweep.root), env=sweep.env)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    histories = trial_histories(SweepFolder(root))
-    assert server.epochs() == {trial: list(range(1, EPOCHS + 1)) for trial in histories}
-    assert not (root / MLFLOW_BEHIND).exists()
-    again = tuner_cli("resume", str(root), env={"RAY_TMPDIR": str(ray_tmp)})  # now finished: nothing to do
+    assert server.epochs(sweep.root) == sweep.every_epoch()
+    assert not (sweep.root / MLFLOW_BEHIND).exists()
+    again = tuner_cli("resume", str(sweep.root), env=sweep.env)  # now finished: nothing to do, no Ray
     assert again.returncode == 0 and "nothing to resume" in again.stdout + again.stderr
