@@ -214,3 +214,20 @@ def test_a_fast_sweep_stopped_with_trials_to_run_never_shows_0s_left():
     progress.epochs_seen, progress.first_epoch_at = 2, time.monotonic()  # epochs of a millisecond
     assert 0 < progress.seconds_left() < 1
     assert progress.summary_line().endswith(", at most ~1s left")
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_a_line_said_below_the_driver_from_another_thread_goes_through_the_reporter(live):
+    """As the MLflow writer says its server went away: in a copy of the callback's context,
+    on its own thread; stamped off a terminal, above the view on one; printed with none."""
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tuner import console
+
+    stream = io.StringIO()
+    with Reporter(_progress(), stream=stream, live=live), ThreadPoolExecutor(max_workers=1) as writer:
+        writer.submit(contextvars.copy_context().run, console.say, "MLflow at http://x is unreachable").result()
+    first = stream.getvalue().splitlines()[0]
+    assert first == ("MLflow at http://x is unreachable" if live else "[     0s] MLflow at http://x is unreachable")
+    assert console.SAYING.get() is None  # the reporter's say ends with it
