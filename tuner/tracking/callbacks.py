@@ -97,17 +97,18 @@ class MlflowTrials(Callback):
         if self.missed:  # away: keep the order
             self.missed.append((write, args))
             return
+        tried_at = time.monotonic()
         try:
             write(*args)
         except Exception as error:
             if (why := unreachable(error)) is None:
                 raise
             self.missed.append((write, args))
-            self._went_away(why)
+            self._went_away(why, tried_at)
 
-    def _went_away(self, why: str) -> None:
-        self.away_since = time.monotonic()
-        self.next_probe = self.away_since + self.PROBE_S
+    def _went_away(self, why: str, since: float) -> None:
+        self.away_since = since  # away from the failed write's start: a hung server took 35 s to fail it
+        self.next_probe = time.monotonic() + self.PROBE_S
         records.note_mlflow_behind(self._folder(), f"MLflow at {self._uri()} was unreachable ({why})")
         say(
             f"MLflow at {self._uri()} is unreachable ({why}); the sweep goes on, its records kept in the history "
