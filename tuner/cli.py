@@ -477,7 +477,9 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bo
         print(f"  stalled: {stalled}; their threads' stacks: tune/<trial>/stall-stacks.txt")
     if sweep.objectives and not paths.remote:
         _print_front(sweep, paths)
-    if metrics.get("model_version"):
+    if metrics.get("mlflow_behind"):  # its server was away at the end: the line above says how to catch up
+        print(f"  MLflow: {_mlflow_uri(sweep, paths)} lacks some of this sweep's records (see above)")
+    elif metrics.get("model_version"):
         from tuner.tracking.mlflow_runs import registered_model_name
 
         print(

@@ -14,11 +14,14 @@ import types
 from pathlib import Path
 
 import pytest
-from integration_helpers import data_root, tuner_cli, users_sweep
+from integration_helpers import assert_no_leaks, data_root, tuner_cli, users_sweep
 
 from tuner.driver.stalls import AUTO_FACTOR, AUTO_FLOOR_S, StallWatch, limit_s
+from tuner.driver.sweep import run_sweep
+from tuner.errors import TunerError
 from tuner.folder.records import read_timeline, stall_reasons, trial_histories
 from tuner.folder.store import SweepFolder
+from tuner.spec.config import SweepConfig
 from tuner.trial.session import ALIVE_FILE
 
 HANGING = textwrap.dedent(
@@ -231,3 +234,52 @@ def test_a_hung_command_is_stopped_with_its_python_stacks_and_leaves_no_process(
     [stacks] = root.glob("tune/*/stall-stacks.txt")
     assert "read_from_the_lost_mount (train.py" in stacks.read_text(), stacks.read_text()[-3000:]
     assert not Path(f"/proc/{pid_file.read_text()}").exists()  # the command did not outlive its trial
+
+
+STUCK_RANK = """
+import threading
+
+
+def train(params, context):
+    if context.rank == 1:  # as a rank stuck in a collective, a DataLoader or a read
+        wait_in_the_collective()
+    context.report({"score": 1.0})
+
+
+def wait_in_the_collective():
+    threading.Event().wait()
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_a_ddp_trial_with_a_stuck_rank_is_stopped_with_every_ranks_stacks_and_leaves_nothing(local_ray, tmp_path):
+    code = tmp_path / "my_project"
+    code.mkdir()
+    (code / "stuck.py").write_text(STUCK_RANK)
+    sweep = SweepConfig.model_validate(
+        {
+            "name": "stuck",
+            "output_dir": str(tmp_path / "runs"),
+            "trainable": "stuck:train",
+            "code_dir": str(code),
+            "metric": "score",
+            "mode": "max",
+            "train": {"epochs": 1},
+            "space": {"params": {"x": 1}},
+            "trials": {"num_samples": 1, "stall_timeout_s": 25},
+            "scaling": {"workers": 2, "cpus_per_worker": 1},
+            "tracking": {"mlflow": {"enabled": False}},
+        }
+    )
+    # (In-process, on this module's own Ray: the leak check below asks that Ray.)
+    with pytest.raises(TunerError, match="no trial reported"):
+        run_sweep(sweep)  # its one trial stalled: nothing to export
+    root = tmp_path / "runs" / "stuck"
+    [stacks] = root.glob("tune/*/stall-stacks.txt")
+    text = stacks.read_text()
+    assert "stalled: no report for" in text and "before its first epoch" in text
+    rank_1 = text.split("--- Ray Train rank 1", 1)[1]  # the rank that hung, and where
+    assert "wait_in_the_collective (stuck.py" in rank_1, text[-3000:]
+    assert "--- Ray Train rank 0" in text
+    assert_no_leaks()  # the Train controller, both workers and their placement group are gone

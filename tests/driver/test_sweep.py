@@ -11,7 +11,6 @@ import pytest
 from integration_helpers import assert_no_leaks, data_root, small_sweep
 
 from tuner.driver.sweep import run_sweep
-from tuner.errors import TunerError
 from tuner.folder.records import trial_histories
 from tuner.spec.config import SweepConfig
 
@@ -195,52 +194,6 @@ def test_worker_groups_dead_train_runs_left_are_removed_so_torch_trainer_trials_
     table = ray.util.placement_group_table()
     assert all(table[group.id.hex()]["state"] == "REMOVED" for group in left)
     assert_no_leaks()
-
-
-STUCK_RANK = """
-import threading
-
-
-def train(params, context):
-    if context.rank == 1:  # as a rank stuck in a collective, a DataLoader or a read
-        wait_in_the_collective()
-    context.report({"score": 1.0})
-
-
-def wait_in_the_collective():
-    threading.Event().wait()
-"""
-
-
-def test_a_ddp_trial_with_a_stuck_rank_is_stopped_with_every_ranks_stacks_and_leaves_nothing(local_ray, tmp_path):
-    code = tmp_path / "my_project"
-    code.mkdir()
-    (code / "stuck.py").write_text(STUCK_RANK)
-    sweep = SweepConfig.model_validate(
-        {
-            "name": "stuck",
-            "output_dir": str(tmp_path / "runs"),
-            "trainable": "stuck:train",
-            "code_dir": str(code),
-            "metric": "score",
-            "mode": "max",
-            "train": {"epochs": 1},
-            "space": {"params": {"x": 1}},
-            "trials": {"num_samples": 1, "stall_timeout_s": 25},
-            "scaling": {"workers": 2, "cpus_per_worker": 1},
-            "tracking": {"mlflow": {"enabled": False}},
-        }
-    )
-    with pytest.raises(TunerError, match="no trial reported"):
-        run_sweep(sweep)  # its one trial stalled: nothing to export
-    root = tmp_path / "runs" / "stuck"
-    [stacks] = root.glob("tune/*/stall-stacks.txt")
-    text = stacks.read_text()
-    assert "stalled: no report for" in text and "before its first epoch" in text
-    rank_1 = text.split("--- Ray Train rank 1", 1)[1]  # the rank that hung, and where
-    assert "wait_in_the_collective (stuck.py" in rank_1, text[-3000:]
-    assert "--- Ray Train rank 0" in text
-    assert_no_leaks()  # the Train controller, both workers and their placement group are gone
 
 
 # PBT's exploit and HyperBand's pause restore a trial from a checkpoint, the path a killed

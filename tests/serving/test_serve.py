@@ -266,7 +266,9 @@ def test_a_killed_replica_is_replaced_and_only_its_requests_in_flight_fail(servi
 def test_a_second_service_on_the_same_port_is_refused_in_one_line(service, export):
     folder, _ = export
     done = tuner_cli("serve", str(folder), "--port", str(service.port), timeout=120)
-    assert done.returncode == 2 and done.stderr.startswith(f"tuner: error: serve --port {service.port}: cannot listen")
+    assert done.returncode == 2 and done.stderr.startswith(
+        f"tuner: error: serve --port {service.port}: a tuner service (process {service.process.pid}) already listens"
+    ), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 

@@ -218,6 +218,7 @@ def test_a_server_still_away_at_the_end_leaves_the_records_to_resume(server, swe
     assert "is back after" not in console
     assert console.count(f"resume {sweep.root} writes every record") == 1, console[-3000:]  # once, after the export
     assert (sweep.root / MLFLOW_BEHIND).exists()
+    assert "lacks some of this sweep's records" in console and "every trial recorded" not in console
 
     server.start()
     resumed = tuner_cli("resume", str(sweep.root), env=sweep.env)

@@ -74,6 +74,10 @@ class LeftoverGroups(Callback):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "next_look": 0.0}
 
+    def on_experiment_end(self, trials, **info):  # a Train run stopped in the last seconds
+        self.next_look = 0.0
+        self.on_step_end(0, trials)
+
     def on_step_end(self, iteration, trials, **info):
         if time.monotonic() < self.next_look:
             return

@@ -170,11 +170,24 @@ def _finished(sweep: SweepConfig, paths: SweepFolder) -> SweepOutcome | None:
         return None
     if sweep.tracking.mlflow.enabled and records.mlflow_behind(paths):
         return None  # MLflow lacks records the history holds: resume writes them
+    if not _tune_state_reads(paths):
+        return None  # the resume's own path names what is wrong with it
     show(
         f"{paths.where}: the sweep has finished ({len(summaries)} trial(s) ended); nothing to resume. "
         f"More trials: {tuner_command()} extend {paths.where} --trials N"
     )
     return SweepOutcome(paths, None, store.read_json(exported, what="export's metrics.json"))
+
+
+def _tune_state_reads(paths: SweepFolder) -> bool:
+    """Whether Tune's pickled sweep (``tune/tuner.pkl``) reads back, without starting Ray."""
+    import cloudpickle
+
+    try:
+        cloudpickle.loads(paths.read_tune_file("tuner.pkl"))
+    except Exception:  # truncated, foreign, or naming modules of an earlier tuner
+        return False
+    return True
 
 
 def _check_resumable(sweep: SweepConfig, paths: SweepFolder) -> None:
