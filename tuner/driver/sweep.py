@@ -185,7 +185,9 @@ def _tune_state_reads(paths: SweepFolder) -> bool:
 
     try:
         cloudpickle.loads(paths.read_tune_file("tuner.pkl"))
-    except Exception:  # truncated, foreign, or naming modules of an earlier tuner
+    except ModuleNotFoundError:  # whole, naming an earlier tuner's modules (driver/earlier.py maps them)
+        return True
+    except Exception:  # truncated or foreign
         return False
     return True
 
