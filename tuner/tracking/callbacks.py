@@ -175,9 +175,7 @@ class MlflowTrials(Callback):
         self._then(lambda *args: self.record.log_result(*args), trial.trial_id, dict(trial.config), dict(result))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        epochs = int((trial.last_result or {}).get("training_iteration", 0))
-        status = "finished" if epochs >= self.sweep.max_epochs else "stopped_early"
-        self._end(trial, status)
+        self._end(trial, _status(trial, self.sweep.max_epochs, ended=True))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._tag_stall(trial)
@@ -218,9 +216,9 @@ class MlflowTrials(Callback):
             self.writer.shutdown(wait=True)
 
     def _every_trial_recorded(self, ended: list[tuple[str, dict[str, Any], str | None]]) -> None:
-        for trial_id, config, status in [row for row in ended if row[0] not in self.record.trials and row[2]]:
-            self.record.trial_run(trial_id, config)
-            if status is not None:
+        for trial_id, config, status in ended:
+            if status is not None and trial_id not in self.record.trials:
+                self.record.trial_run(trial_id, config)
                 self.record.end_trial(trial_id, config, status)
 
     def __getstate__(self) -> dict[str, Any]:  # the rest is made anew, and reopened in setup()
@@ -232,11 +230,12 @@ class MlflowTrials(Callback):
         self.__init__(state["sweep"], state["paths"])
 
 
-def _status(trial: Any, max_epochs: int) -> str | None:
-    """How an ended trial ended, as its run's ``tuner.status`` says; None: it has not."""
+def _status(trial: Any, max_epochs: int, ended: bool = False) -> str | None:
+    """How an ended trial ended, as its run's ``tuner.status`` says; None: it has not.
+    ``ended``: Tune says it completed (its status may not say TERMINATED yet)."""
     if trial.status == "ERROR":
         return "errored"
-    if trial.status != "TERMINATED":
+    if trial.status != "TERMINATED" and not ended:
         return None
     epochs = int((trial.last_result or {}).get("training_iteration", 0))
     return "finished" if epochs >= max_epochs else "stopped_early"
