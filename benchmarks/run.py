@@ -3,7 +3,8 @@
     python benchmarks/run.py                      # both suites, full MNIST (about 40 min on 2 cores)
     python benchmarks/run.py --suite default --subset 3000 --epochs 1   # a quick check
 
-Every contestant runs as a child process of this one, one at a time, on the same
+The contestants are the scripts in ``contestants/`` (with ``common.py``, their shared
+budget, data and training loop). Every contestant runs as a child process of this one, one at a time, on the same
 budget (same configurations, model, epochs, split); their order rotates between
 seeds (``--seeds``) so that drift hits all alike. From outside, this script
 measures each one's wall time and the peak memory of its whole process tree (PSS:
@@ -26,9 +27,12 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from common import REPO, Budget
 
 HERE = Path(__file__).resolve().parent
+CONTESTANTS_DIR = HERE / "contestants"  # the scripts below, and common.py beside them
+sys.path.insert(0, str(CONTESTANTS_DIR))
+
+from common import REPO, Budget  # noqa: E402
 
 # name -> (script, extra args). Threads: a tuner trial has one CPU, two run at once;
 # Optuna runs its trials one after another in one process, so it gets both cores.
@@ -122,8 +126,9 @@ def run_contestant(name: str, budget: Budget, folder: Path) -> dict:
     script, extra = CONTESTANTS[name]
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "result.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, str(HERE / script), "--budget", budget.to_json(), "--out", str(out), *extra]
+    path = os.pathsep.join([str(CONTESTANTS_DIR), str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    command = [sys.executable, str(CONTESTANTS_DIR / script), "--budget", budget.to_json(), "--out", str(out), *extra]
     print(f"--- {budget.suite}/{name}: {' '.join([script, *extra])}", flush=True)
     started_at = time.time()
     started = time.perf_counter()

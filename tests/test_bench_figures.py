@@ -1,4 +1,4 @@
-"""The side-by-side benchmark's figures (benchmarks/run.py, benchmarks/common.py): which
+"""The side-by-side benchmark's figures (benchmarks/run.py, benchmarks/contestants/common.py): which
 model a contestant held at a given second, and the summary over seeds. Pure functions
 on hand-made results; no training, no timing."""
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path[:0] = [str(BENCHMARKS), str(BENCHMARKS / "contestants")]
 
 import common  # noqa: E402
 import run  # noqa: E402

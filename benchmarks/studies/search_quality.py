@@ -1,12 +1,12 @@
 """Search quality (issue 26): tuner's searcher x scheduler choices against Optuna and Ray Tune,
 at equal budgets, on problems with a known optimum and learning curves that cross.
 
-    python benchmarks/search_quality.py --quick                 # 1 seed, 2 problems, 3 contestants (~4 min)
-    TUNER_DATA_DIR=DIR python benchmarks/search_quality.py      # 10 seeds, everything (~7-8 h on 2 cores)
-    TUNER_DATA_DIR=DIR python benchmarks/search_quality.py --budgets epochs   # equal epochs only (~3-4 h)
-    python benchmarks/search_quality.py --problems branin,conditional --contestants "tuner random+asha,ray bohb"
+    python benchmarks/studies/search_quality.py --quick                 # 1 seed, 2 problems, 3 contestants (~4 min)
+    TUNER_DATA_DIR=DIR python benchmarks/studies/search_quality.py      # 10 seeds, everything (~7-8 h on 2 cores)
+    TUNER_DATA_DIR=DIR python benchmarks/studies/search_quality.py --budgets epochs   # equal epochs only (~3-4 h)
+    python benchmarks/studies/search_quality.py --problems branin,conditional --contestants "tuner random+asha,ray bohb"
 
-The problems and their learning curves are in benchmarks/search_problems.py (Branin,
+The problems and their learning curves are in benchmarks/studies/search_problems.py (Branin,
 Hartmann-6, a conditional optimizer space, two-objective ZDT1, and tuner's CNN on an
 MNIST subset). Every contestant runs the same trial: each epoch takes its number from the
 sweep's epoch counter, sleeps ``--epoch-s`` (a stand-in for the epoch's compute, which
@@ -93,7 +93,11 @@ from search_problems import (
 )
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = HERE.parents[1]  # benchmarks/studies/<this script>
+# common.py (the peers' MNIST data and training loop), here and in Ray's workers
+CONTESTANTS_DIR = REPO / "benchmarks" / "contestants"
+sys.path.insert(0, str(CONTESTANTS_DIR))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(CONTESTANTS_DIR), os.environ.get("PYTHONPATH", "")])
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The cores a sweep's last trials leave idle, with ``scaling.lend_spare_cores`` off and on.
 
-    TUNER_DATA_DIR=DIR python benchmarks/spare_cores.py                  # ~6 min on 2 cores
-    TUNER_DATA_DIR=DIR python benchmarks/spare_cores.py --rounds 1 train.epochs=1
+    TUNER_DATA_DIR=DIR python benchmarks/studies/spare_cores.py                  # ~6 min on 2 cores
+    TUNER_DATA_DIR=DIR python benchmarks/studies/spare_cores.py --rounds 1 train.epochs=1
 
 Runs the default sweep's experiment (experiments/mnist_asha.yaml) with a schedule that
 ends the same way every time: FIFO, 3 trials on 2 slots, so that the third trial runs
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = HERE.parents[1]  # benchmarks/studies/<this script>
 CORES = 2
 SCHEDULE = [
     "scheduler={name: fifo}",
@@ -102,8 +102,8 @@ def main() -> None:
             f"| {'lent' if lend else 'kept'} | {med['wall_s']:.1f} | {med['span_s']:.1f} | "
             f"{med['idle_core_share']:.0%} | {tail['lone_tail_s']:.1f} | {tail['lone_images_per_s']:.0f} |"
         )
-    (HERE / "results").mkdir(exist_ok=True)
-    out = HERE / "results" / f"spare-cores-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    (REPO / "benchmarks" / "results").mkdir(exist_ok=True)
+    out = REPO / "benchmarks" / "results" / f"spare-cores-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(runs, indent=2))
     print(f"\nwritten: {out}")
 

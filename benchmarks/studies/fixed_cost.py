@@ -1,7 +1,7 @@
 """Where a sweep's time goes outside its trials: the fixed cost, part by part.
 
-    TUNER_DATA_DIR=DIR python benchmarks/fixed_cost.py                 # the default sweep, as `make sweep` runs it
-    TUNER_DATA_DIR=DIR python benchmarks/fixed_cost.py mnist_asha.yaml train.epochs=1 trials.num_samples=2
+    TUNER_DATA_DIR=DIR python benchmarks/studies/fixed_cost.py   # the default sweep, as `make sweep` runs it
+    TUNER_DATA_DIR=DIR python benchmarks/studies/fixed_cost.py mnist_asha.yaml train.epochs=1 trials.num_samples=2
 
 Runs ``python -m tuner sweep EXPERIMENT --set KEY=VALUE ...`` in a child process that
 times tuner's own steps from inside (each wrapped, nothing changed): the imports, reading the
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = HERE.parents[1]  # benchmarks/studies/<this script>
 
 
 def child(out: Path, argv: list[str]) -> None:
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    out = Path(args.out or HERE / "results" / f"fixed-cost-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out = Path(args.out or REPO / "benchmarks" / "results" / f"fixed-cost-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     argv = [args.experiment]
     for override in [*args.overrides, f"output_dir={out / 'runs'}"]:
         argv += ["--set", override]

@@ -2,7 +2,7 @@
 trial trains from memory against streaming, side by side with torchvision's
 ``ImageFolder`` + ``DataLoader(num_workers=2)`` on the same folder.
 
-    TUNER_DATA_DIR=DIR .venv/bin/python benchmarks/data_paths.py [--images 20000]
+    TUNER_DATA_DIR=DIR .venv/bin/python benchmarks/studies/data_paths.py [--images 20000]
 
 It writes an image folder of real MNIST digits (PNG, ``train/<digit>/`` and ``val/``),
 then runs each contestant as a child process, one at a time, measuring its wall time and
@@ -33,8 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+REPO = Path(__file__).resolve().parents[2]  # benchmarks/studies/<this script>
+# run.py (measured_child) and contestants/common.py (one_trial_epochs)
+sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "benchmarks" / "contestants")]
 sys.path.insert(0, str(REPO))
 
 

@@ -1,4 +1,4 @@
-"""The objective functions of benchmarks/search_quality.py, each with a fidelity (epochs).
+"""The objective functions of benchmarks/studies/search_quality.py, each with a fidelity (epochs).
 
 Pure Python (math, random, zlib, fcntl): the same module runs in every contestant's
 trials (tuner copies it into the sweep's code folder; Ray Tune's workers and the

@@ -2,9 +2,9 @@
 single-process FastAPI/uvicorn app and ``mlflow models serve``, on the same model and the
 same requests, on loopback; then one replica killed mid-load.
 
-    TUNER_DATA_DIR=DIR python benchmarks/serve_load.py            # ~5 min on 2 cores
-    python benchmarks/serve_load.py --seconds 5 --clients 1,8     # shorter
-    python benchmarks/serve_load.py --model resnet18 --cpus 2     # a costlier model; both cores to Serve
+    TUNER_DATA_DIR=DIR python benchmarks/studies/serve_load.py            # ~5 min on 2 cores
+    python benchmarks/studies/serve_load.py --seconds 5 --clients 1,8     # shorter
+    python benchmarks/studies/serve_load.py --model resnet18 --cpus 2     # a costlier model; both cores to Serve
 
 The model: tuner's default light CNN (16/32 channels, hidden 128) after one epoch on 5,000
 real MNIST digits, or (``--model resnet18``) tuner's ResNet-18 for 28 px digits as
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = HERE.parents[1]  # benchmarks/studies/<this script>
 PY = sys.executable
 
 BASELINE_APP = """

@@ -1,7 +1,7 @@
 """Spark on Ray (RayDP) against tuner's own decode path: the time and peak memory to get
 the full MNIST training set (60,000 digits as PNG bytes in Parquet) ready for the trials.
 
-    TUNER_DATA_DIR=DIR .venv/bin/python benchmarks/spark_prep.py [--images 60000]
+    TUNER_DATA_DIR=DIR .venv/bin/python benchmarks/studies/spark_prep.py [--images 60000]
 
 Needs the spark extra and Java 17. It writes the Parquet table once (``train.parquet``:
 ``image`` PNG bytes, ``label``), then runs each contestant as a child process with a cold
@@ -33,8 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+REPO = Path(__file__).resolve().parents[2]  # benchmarks/studies/<this script>
+# run.py (measured_child) and contestants/common.py (one_trial_epochs)
+sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "benchmarks" / "contestants")]
 sys.path.insert(0, str(REPO))
 
 

@@ -1,8 +1,8 @@
 """How tuner's own cost grows with trials and results, against bare Ray Tune and Optuna.
 
-    python benchmarks/scaling.py                                  # 10, 100, 1000 trials x 10 results (~20 min)
-    python benchmarks/scaling.py --trials 10 --trials 100         # fewer sizes
-    python benchmarks/scaling.py --schedulers                     # ASHA, HyperBand, PBT at scale (~5 min)
+    python benchmarks/studies/scaling.py                                  # 10, 100, 1000 trials x 10 results (~20 min)
+    python benchmarks/studies/scaling.py --trials 10 --trials 100         # fewer sizes
+    python benchmarks/studies/scaling.py --schedulers                     # ASHA, HyperBand, PBT at scale (~5 min)
 
 Every contestant runs the same synthetic trial (tuner/trial/synthetic.py): each epoch sleeps
 ``--epoch-s`` and reports a known noisy learning curve of ``lr`` (log-uniform, random
@@ -43,7 +43,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = HERE.parents[1]  # benchmarks/studies/<this script>
+sys.path.insert(0, str(REPO / "benchmarks"))  # run.py (TreeMemory)
 EPOCHS = 10
 SLOTS = 2
 LR_RANGE = (1e-4, 1e-1)
@@ -425,7 +426,7 @@ def main() -> None:
 
             leave(0)
         return
-    out = Path(args.out or HERE / "results" / f"scaling-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out = Path(args.out or REPO / "benchmarks" / "results" / f"scaling-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if args.schedulers:
         checks = {name: scheduler_check(name, out / f"scheduler-{name}", args.epoch_s) for name in SCHEDULER_RUNS}
         (out / "schedulers.json").write_text(json.dumps(checks, indent=2))

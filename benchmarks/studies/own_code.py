@@ -1,8 +1,8 @@
 """What tuner's machinery costs a user's training function, against tuner's built-in
 synthetic trial, side by side (issue 25's target: within 1.1x).
 
-    python benchmarks/own_code.py                        # 300 trials x 10 reports, 2 rounds (~10 min)
-    python benchmarks/own_code.py --trials 50 --rounds 1 # a quick look
+    python benchmarks/studies/own_code.py                        # 300 trials x 10 reports, 2 rounds (~10 min)
+    python benchmarks/studies/own_code.py --trials 50 --rounds 1 # a quick look
 
 Both contestants are ``python -m tuner sweep`` runs, in turns, with everything tuner
 records (history, MLflow's nested runs in sqlite, TensorBoard, a checkpoint every

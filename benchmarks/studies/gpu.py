@@ -2,7 +2,7 @@
 
 Run on a machine with one CUDA GPU where Ray and tuner's dependencies import::
 
-    TUNER_DATA_DIR=DIR python benchmarks/gpu.py --out gpu-run.json
+    TUNER_DATA_DIR=DIR python benchmarks/studies/gpu.py   # writes benchmarks/results/gpu-<time>.json
 
 Side by side, on the default light CNN, batch 128, bf16 autocast and channels_last
 (what a trial does on a GPU), the same epochs for each:
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # benchmarks/studies/gpu.py
 EPOCHS = int(os.environ.get("GPU_BENCH_EPOCHS", "4"))
 BATCH = 128
 LR = 2e-3
@@ -148,7 +148,8 @@ def _ratio(tuner: dict, raw: dict) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="gpu-run.json")
+    default_out = REPO / "benchmarks" / "results" / f"gpu-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    parser.add_argument("--out", default=str(default_out))
     parser.add_argument("--raw-one", help=argparse.SUPPRESS)
     parser.add_argument("--check", action="store_true", help="no GPU: one small CPU sweep, to check the script")
     parser.add_argument("--part", choices=["all", "raw", "tuner"], default="all", help="raw needs no Ray")
@@ -186,6 +187,7 @@ def main() -> None:
             result["tuner torch_trainer x1"] = trainer
             if "raw x1" in result:
                 result["ratio torch_trainer x1"] = _ratio(trainer, result["raw x1"])
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 

@@ -1,7 +1,7 @@
 """The grid-search headline: ASHA against a full grid over the same space and epochs.
 
-    TUNER_DATA_DIR=DIR python benchmarks/grid_vs_asha.py            # ~8 min on 2 cores
-    python benchmarks/grid_vs_asha.py --subset 2000 --epochs 4       # a quick check
+    TUNER_DATA_DIR=DIR python benchmarks/studies/grid_vs_asha.py            # ~8 min on 2 cores
+    python benchmarks/studies/grid_vs_asha.py --subset 2000 --epochs 4       # a quick check
 
 A 16-point grid over two hyperparameters of the default light CNN (4 learning rates x 4
 dropout rates), every point trained for ``--epochs`` epochs with no early stopping
@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = HERE.parents[1]  # benchmarks/studies/<this script>
 LRS = [5e-4, 1e-3, 2e-3, 4e-3]
 DROPOUTS = [0.0, 0.15, 0.3, 0.45]
 
@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--data-root", default=None, help="default: $TUNER_DATA_DIR")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    out = Path(args.out or HERE / "results" / f"grid-vs-asha-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out = Path(args.out or REPO / "benchmarks" / "results" / f"grid-vs-asha-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     grid = run(out, {"name": "fifo"}, args.epochs, args.subset, args.data_root)
     asha = run(
         out, {"name": "asha", "grace_period": 1, "reduction_factor": 4}, args.epochs, args.subset, args.data_root

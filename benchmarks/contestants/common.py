@@ -1,10 +1,10 @@
 """What every contestant of the benchmark shares: the budget, the data split, the model.
 
-Each contestant script takes ``--budget <json>`` and ``--out <result.json>``; ``run.py``
-launches them one after another, measures their wall time and memory from outside,
-and compares. The budget is the same for all: the same configurations (learning
-rates), the same model, the same epochs, the same train/validation split and the
-same test set.
+Each contestant script takes ``--budget <json>`` and ``--out <result.json>``;
+``benchmarks/run.py`` launches them one after another, measures their wall time and
+memory from outside, and compares. The budget is the same for all: the same
+configurations (learning rates), the same model, the same epochs, the same
+train/validation split and the same test set.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # torch is imported where it is used: tuner's wrapper must no
     import torch
     from torch import nn
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # benchmarks/contestants/common.py
 # The model of each suite: the default sweep's light CNN, and PyTorch's classic MNIST
 # example CNN (32/64 channels, fc 9216 -> 128).
 MODELS = {
