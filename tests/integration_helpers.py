@@ -77,7 +77,7 @@ def assert_no_leaks(timeout_s: float = 60.0) -> None:
 def recorded_sweep(tmp_path: Path, trials: int = 2) -> tuple[Path, Any]:
     """A real MLflow store written through tuner.tracking (no Ray): a parent and ``trials`` children."""
     from tuner.folder.store import SweepFolder
-    from tuner.spec.config import SweepConfig
+    from tuner.sweepfile.schema import SweepConfig
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "ui_check", "output_dir": str(tmp_path / "runs")})

@@ -55,8 +55,9 @@ def test_every_package_says_what_it_holds():
         "folder",
         "models",
         "results",
+        "search",
         "serving",
-        "spec",
+        "sweepfile",
         "tracking",
         "trial",
         "usercode",
@@ -64,6 +65,27 @@ def test_every_package_says_what_it_holds():
     for name in packages:
         doc = (PACKAGE / name / "__init__.py").read_text()
         assert doc.startswith('"""') and len(doc) > 60, name
+
+
+def test_no_module_outside_search_names_a_scheduler_or_searcher():
+    """A method's rules live in its module in tuner/search/; the rest of tuner asks its traits
+    (``pauses_trials``, ``legend``, ...), never its name: adding one touches search/ alone."""
+    from tuner.search import registry
+
+    names = "|".join(sorted({*registry.SCHEDULERS, *registry.SEARCHERS}))
+    # a quoted name ("asha"), or a name compared with one (scheduler.name == / in / !=)
+    quoted = re.compile(rf"""["']({"|".join(registry.SCHEDULERS)}|optuna|hyperopt)["']""")
+    compared = re.compile(rf"""(searcher|scheduler)\.name\s*(==|!=|in\b|not in\b)|["']({names})["']\s*(==|!=)""")
+    found = [
+        f"{name}:{number}: {line.strip()}"
+        for name, text in _sources().items()
+        if not name.startswith("tuner/search/")
+        for number, line in enumerate(text.splitlines(), start=1)
+        if quoted.search(line) or compared.search(line)
+    ]
+    assert found == []
+    inside = "".join(text for name, text in _sources().items() if name.startswith("tuner/search/"))
+    assert quoted.search(inside) and compared.search(inside), "the patterns no longer match how search/ names them"
 
 
 def test_test_modules_have_unique_names():

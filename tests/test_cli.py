@@ -16,7 +16,7 @@ import yaml
 from tuner.cli import main
 from tuner.folder.records import append_history
 from tuner.folder.store import SweepFolder
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 
 def _made_up_folder(tmp_path: Path, trials: list[tuple[str, int]], num_samples: int) -> Path:
@@ -105,7 +105,7 @@ def test_a_data_path_that_is_not_a_folder_is_one_line_naming_the_sweep_file_and_
 
 def test_the_outcome_of_a_smoke_run_says_its_model_was_logged_not_registered(tmp_path, capsys):
     from tuner.cli import _print_outcome
-    from tuner.spec.config import load_sweep
+    from tuner.sweepfile.load import load_sweep
 
     sweep = load_sweep("mnist_asha", [f"output_dir={tmp_path}"], smoke=True)
     paths = SweepFolder(tmp_path / "mnist_asha")

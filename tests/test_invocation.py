@@ -62,7 +62,7 @@ def test_the_command_runs_from_a_shell_without_the_venv_on_path():
 
 
 def test_the_outcome_suggests_commands_that_start_with_it(tmp_path, capsys, monkeypatch):
-    from tuner.spec.config import load_sweep
+    from tuner.sweepfile.load import load_sweep
 
     monkeypatch.setattr(cli, "tuner_command", lambda: "/opt/env/bin/python -m tuner")
     monkeypatch.chdir(tmp_path)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 
 @dataclass
@@ -96,8 +96,8 @@ def run(
 
 def load(sweep: str | Path | dict[str, Any], overrides: list[str] | None = None, *, smoke: bool = False) -> SweepConfig:
     """A validated sweep from a file, a bare name or a dict (errors as the CLI words them)."""
-    from tuner.spec.config import apply_overrides, load_sweep, smoke_overrides, validate
-    from tuner.spec.yamlio import LoadedYaml
+    from tuner.sweepfile.load import apply_overrides, load_sweep, smoke_overrides, validate
+    from tuner.yamlio import LoadedYaml
 
     if not isinstance(sweep, dict):
         return load_sweep(str(sweep), overrides, smoke=smoke)

@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args: argparse.Namespace):
-    from tuner.spec.config import load_sweep
+    from tuner.sweepfile.load import load_sweep
 
     return load_sweep(args.file, args.overrides, smoke=args.smoke)
 
@@ -197,7 +197,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
 
-    from tuner.spec.config import json_schema
+    from tuner.sweepfile.load import json_schema
 
     print(json.dumps(json_schema(), indent=2))
     return 0

@@ -42,8 +42,8 @@ sys.path.insert(0, str(REPO))
 # --- the contestants, each in a child process ------------------------------------------------
 def _plan(folder: str, cache: str):
     os.environ["TUNER_CACHE_DIR"] = cache
+    from tuner.data.config import DataConfig
     from tuner.data.datasets import OwnData
-    from tuner.spec.config import DataConfig
 
     config = DataConfig(dataset="image_folder", path=folder, channels=1)
     return OwnData.plan(config, seed=0)

@@ -41,8 +41,8 @@ sys.path.insert(0, str(REPO))
 
 def tuner_parquet(folder: str, cache: str) -> dict:
     os.environ["TUNER_CACHE_DIR"] = cache
+    from tuner.data.config import DataConfig
     from tuner.data.datasets import OwnData
-    from tuner.spec.config import DataConfig
 
     started = time.perf_counter()
     plan = OwnData.plan(DataConfig(dataset="parquet", path=folder, channels=1), seed=0)
@@ -56,8 +56,8 @@ def spark(folder: str, cache: str) -> dict:
 
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     from tuner.data import sources
+    from tuner.data.config import DataConfig
     from tuner.data.spark import SparkData
-    from tuner.spec.config import DataConfig
 
     sources.quiet_ray_data()
     config = DataConfig(dataset="spark", image_size=28, channels=1, spark={"input": folder})

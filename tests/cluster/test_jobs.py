@@ -136,7 +136,7 @@ def _ensure_worker(cluster) -> None:
 
 
 def test_ray_still_deletes_a_jobs_working_dir_under_it_on_a_shared_host(cluster, tmp_path):
-    """The Ray bug tuner works around (tuner/spec/shipped.py): on a host with two nodes in one temp
+    """The Ray bug tuner works around (tuner/usercode/shipped.py): on a host with two nodes in one temp
     dir, the second node's runtime-env agent deletes and unpacks again a job's working_dir
     when the driver's ray.init() starts the job, under the driver whose cwd it is. When this
     test fails, Ray has fixed it and tuner's jobs could ship a working_dir again."""
@@ -167,7 +167,7 @@ def test_ray_still_deletes_a_jobs_working_dir_under_it_on_a_shared_host(cluster,
     assert done.returncode == 0, done.stderr[-2000:]
     assert "cwd after ray.init(): replaced" in done.stdout, (
         "Ray no longer replaces a job's working_dir under its driver on a shared host: tuner's jobs could ship "
-        f"a working_dir again (tuner/spec/shipped.py, docs/ray-notes.md). Job output: {done.stdout[-2000:]}"
+        f"a working_dir again (tuner/usercode/shipped.py, docs/ray-notes.md). Job output: {done.stdout[-2000:]}"
     )
 
 

@@ -16,7 +16,7 @@ from integration_helpers import data_root, small_sweep
 from tuner.data.datasets import load_split, load_test_split, resolve_root, split_indices
 from tuner.driver.sweep import run_sweep
 from tuner.folder.records import trial_histories
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 from tuner.trial.testing import FailOnceAt
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

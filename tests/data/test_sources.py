@@ -140,8 +140,8 @@ def test_a_missing_label_column_names_the_columns_there(tmp_path):
 
 
 def test_an_image_folder_becomes_training_data_with_its_classes_and_statistics(tmp_path):
+    from tuner.data.config import DataConfig
     from tuner.data.datasets import DATASETS, load_data
-    from tuner.spec.config import DataConfig
 
     root = _folder(tmp_path / "digits", {"train": 400, "test": 40})
     data = load_data(DataConfig(dataset="image_folder", path=str(root), channels=1, val_fraction=0.25), seed=0)
@@ -167,8 +167,8 @@ def test_headers_are_checked_without_decoding_and_name_the_odd_file(tmp_path):
 
 
 def test_a_plan_streams_by_size_decodes_here_when_small_then_reads_its_cache_with_the_same_statistics(tmp_path):
+    from tuner.data.config import DataConfig
     from tuner.data.datasets import OwnData, TrainingData
-    from tuner.spec.config import DataConfig
 
     root = _folder(tmp_path / "digits", {"train": 400, "test": 40})
     config = DataConfig(dataset="image_folder", path=str(root), channels=1, val_fraction=0.25)
@@ -291,8 +291,8 @@ def test_bad_own_data_is_one_line_exit_2_before_ray_and_writes_nothing(tmp_path,
 
 
 def test_what_the_export_reads_is_listed_once_for_built_in_and_own_data(tmp_path):
+    from tuner.data.config import DataConfig
     from tuner.data.datasets import DATASETS, held_out
-    from tuner.spec.config import DataConfig
 
     mnist = held_out(DataConfig(dataset="mnist", root=str(data_root()), download=False), seed=0)
     assert mnist.describe()["mean"] == list(DATASETS["mnist"].mean) and mnist.describe()["num_classes"] == 10

@@ -11,7 +11,7 @@ import pytest
 
 from tuner.data import spark
 from tuner.errors import ConfigError, TunerError
-from tuner.spec.config import load_sweep
+from tuner.sweepfile.load import load_sweep
 
 
 def _sweep(tmp_path: Path, data: str) -> Path:

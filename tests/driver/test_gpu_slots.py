@@ -9,7 +9,7 @@ from integration_helpers import assert_no_leaks, small_sweep
 
 from tuner.driver.sweep import run_sweep
 from tuner.folder.records import read_timeline
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 from tuner.trial.testing import TrainOnCpu
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

@@ -18,7 +18,7 @@ def test_a_data_path_error_names_the_sweep_file_and_line_of_data_path_in_a_sweep
     from tuner.errors import ConfigError
     from tuner.folder.store import SweepFolder
     from tuner.results.summaries import open_sweep
-    from tuner.spec.config import load_sweep
+    from tuner.sweepfile.load import load_sweep
 
     missing = tmp_path / "nowhere"
     with pytest.raises(ConfigError, match=rf"^data\.path: {re.escape(str(missing))} is not a folder$"):

@@ -9,7 +9,7 @@ import pytest
 
 from tuner.driver.plan import describe
 from tuner.folder.store import SweepFolder
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 SPLIT = SimpleNamespace(train=range(54000), val=range(6000))  # what load_data hands the plan
 MNIST = {"data": {"dataset": "mnist"}, "space": {"params": {"lr": {"loguniform": [1e-4, 1e-2]}}}}

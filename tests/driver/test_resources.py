@@ -9,7 +9,7 @@ import pytest
 
 from tuner.driver.plan import concurrent_trials, decide_gpu
 from tuner.errors import TunerError
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 from tuner.trial.runner import WORKER_CPU_TOKEN, TrialSetup, trial_bundles, worker_resources
 
 
@@ -89,7 +89,7 @@ def test_a_torch_trainer_trial_reserves_one_bundle_per_worker_and_its_workers_a_
     ],
 )
 def test_trials_are_capped_at_the_slots_only_where_tune_cannot_see_the_gpus(direct, use_gpu, user_cap, expected):
-    from tuner.spec.searchers import build_searcher
+    from tuner.search.registry import build_searcher
 
     trials = {"max_concurrent": user_cap} if user_cap else {}
     scaling = {"runner": "direct"} if direct else {"workers": 2}

@@ -23,7 +23,7 @@ from tuner.driver.extend import extend_sweep
 from tuner.driver.sweep import run_sweep
 from tuner.errors import ConfigError, TunerError
 from tuner.folder import records
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from tuner.driver.sweep import run_sweep
 from tuner.errors import TunerError
 from tuner.folder.records import read_timeline, stall_reasons, trial_histories
 from tuner.folder.store import SweepFolder
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 from tuner.trial.session import ALIVE_FILE
 
 HANGING = textwrap.dedent(

@@ -12,7 +12,7 @@ from integration_helpers import assert_no_leaks, data_root, small_sweep
 
 from tuner.driver.sweep import run_sweep
 from tuner.folder.records import trial_histories
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

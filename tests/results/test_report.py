@@ -17,7 +17,7 @@ from integration_helpers import small_sweep, tuner_cli
 from tuner.folder.store import SweepFolder
 from tuner.results import report_data, report_plots
 from tuner.results.summaries import TrialSummary
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

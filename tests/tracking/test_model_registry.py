@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 
 def _finish(tmp_path: Path, register: bool) -> tuple[Any, str | None]:

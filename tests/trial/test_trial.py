@@ -10,7 +10,7 @@ from integration_helpers import assert_no_leaks, data_root, small_sweep
 
 from tuner.driver.sweep import run_sweep
 from tuner.folder.records import read_timeline, trial_histories
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 LR = 2e-3

@@ -21,8 +21,8 @@ from tuner.folder.records import read_timeline
 from tuner.folder.store import SweepFolder, in_use, write_atomic
 from tuner.invocation import tuner_command
 from tuner.results.summaries import UNDONE, TrialSummary
-from tuner.spec.config import SweepConfig
-from tuner.spec.shipped import PACKAGE_DIR
+from tuner.sweepfile.schema import SweepConfig
+from tuner.usercode.shipped import PACKAGE_DIR
 
 # How long a command waits for a cluster to do what it asked (a job agent to take a job,
 # every node to run the storage check): --cluster-timeout. A loaded head took over a minute.

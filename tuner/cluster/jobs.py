@@ -3,7 +3,7 @@
 ``submit`` validates the sweep file here (the same one-line errors as ``sweep``; nothing
 is submitted for a bad file), then ships a copy of the ``tuner`` package as the job's
 ``py_modules`` entry, with the sweep file and the ``search_spaces/`` registry inside it
-(tuner/spec/shipped.py says why not as a working directory). On the cluster the job runs
+(tuner/usercode/shipped.py says why not as a working directory). On the cluster the job runs
 ``python -P -m tuner sweep FILE`` (or ``resume FOLDER``) with the cluster's own Python, which
 must have tuner's dependencies installed.
 
@@ -27,10 +27,11 @@ from tuner.cluster.connect import CLUSTER_TIMEOUT_S
 from tuner.errors import TunerError
 from tuner.folder.remote import is_remote, same_on_every_node
 from tuner.invocation import tuner_command
-from tuner.spec.config import SweepConfig, load_sweep, resolve_sweep_path
-from tuner.spec.own_code import uses_own_code
-from tuner.spec.shipped import JOB_CODE, JOB_FILES, PACKAGE_DIR, registry_dir
+from tuner.sweepfile.load import load_sweep, resolve_sweep_path
+from tuner.sweepfile.own_code import uses_own_code
+from tuner.sweepfile.schema import SweepConfig
 from tuner.usercode import snapshot
+from tuner.usercode.shipped import JOB_CODE, JOB_FILES, PACKAGE_DIR, registry_dir
 
 METADATA_KEY = "tuner_sweep"  # marks tuner's jobs among a cluster's others
 # Time a stopped job's driver gets to stop its trials and save the sweep before SIGKILL.
@@ -190,7 +191,7 @@ def _job_exists(jobs: Any, job_id: str) -> bool:
 
 def _stage(staging: Path, sweep_file: Path | None, code: Any = None) -> Path:
     """The package the job ships: a copy of tuner with the space registry, the sweep file
-    and the user's code (``code/``) in its ``_job/`` folder, where tuner/spec/shipped.py
+    and the user's code (``code/``) in its ``_job/`` folder, where tuner/usercode/shipped.py
     looks for them on the cluster."""
     package = staging / "tuner"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", JOB_FILES.name)  # never a job's files in a job's

@@ -10,7 +10,7 @@ from tuner.driver.plan import DRIVER_MEMORY
 from tuner.errors import TunerError
 from tuner.folder import remote
 from tuner.folder.store import SweepFolder
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 if TYPE_CHECKING:
     from tuner.trial.session import TrialHooks
@@ -47,7 +47,7 @@ def build_tuner(
     searcher_from: str | None = None,
 ) -> Any:
     """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``; ``evaluated``: a warm
-    start's trials (``tuner.spec.searchers.Evaluated``), told to the searcher first;
+    start's trials (``tuner.search.base.Evaluated``), told to the searcher first;
     ``searcher_from``: the Tune experiment whose searcher state a ``tuner extend`` goes on from."""
     from ray import tune
 
@@ -55,7 +55,7 @@ def build_tuner(
     from tuner.driver.callbacks import ProgressCallback, SpareCores, SweepRecords
     from tuner.driver.leftovers import LeftoverGroups
     from tuner.driver.stalls import StallWatch
-    from tuner.spec import schedulers, searchers, spaces
+    from tuner.search import registry, spaces
     from tuner.tracking.callbacks import MlflowTrials, TensorBoardEvents
     from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver
     from tuner.trial.session import TrialHooks
@@ -85,7 +85,7 @@ def build_tuner(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
         tune.PlacementGroupFactory(trial_bundles(setup, DRIVER_MEMORY), strategy="PACK"),
     )
-    keep = None if sweep.scheduler.name in ("pbt", "pb2") else sweep.checkpoint.keep  # PBT clones old checkpoints
+    keep = None if sweep.scheduler.clones_checkpoints else sweep.checkpoint.keep  # PBT clones old ones
     callbacks = [
         SweepRecords(paths, keep, sweep.metric, sweep.mode),
         TensorBoardEvents(),
@@ -102,9 +102,9 @@ def build_tuner(
             try:
                 return tune.Tuner.restore(paths.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
             except ModuleNotFoundError as error:
-                if not earlier.made_by_tuner_0_1(error):
+                if not earlier.made_by_earlier_tuner(error):
                     raise
-                earlier.bring_forward(paths, callbacks)  # a sweep tuner 0.1 started
+                earlier.bring_forward(paths, callbacks)  # a sweep an earlier tuner started
                 return tune.Tuner.restore(paths.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
         except TunerError:
             raise
@@ -114,7 +114,7 @@ def build_tuner(
             raise TunerError(
                 f"{where}: Tune's saved sweep cannot be restored ({type(error).__name__}: {reason})"
             ) from None
-    search_alg = searchers.build_searcher(
+    search_alg = registry.build_searcher(
         sweep,
         slots,
         gpus_out_of_sight=use_gpu and not sweep.scaling.direct,
@@ -129,20 +129,20 @@ def build_tuner(
     if evaluated:
         from tuner.driver.progress import show
 
-        told, outside = searchers.warm_start(search_alg, evaluated)
+        told, outside = sweep.searcher.tell_earlier(search_alg, evaluated)
         show(
             f"  warm start: {told} trial(s) of {sweep.searcher.warm_start} told to the searcher"
             + (f" ({outside} outside this space left out)" if outside else "")
         )
     return tune.Tuner(
         trainable,
-        # Optuna holds the space itself (define-by-run: tuner/spec/optuna_space.py)
-        param_space={} if searchers.holds_space(sweep) else spaces.to_param_space(sweep.param_specs()),
+        # Optuna holds the space itself (define-by-run: tuner/search/tune_optuna.py)
+        param_space={} if sweep.searcher.holds_space(sweep) else spaces.to_param_space(sweep.param_specs()),
         tune_config=tune.TuneConfig(
             metric=sweep.metric,
             mode=sweep.mode,
             search_alg=search_alg,
-            scheduler=schedulers.build_scheduler(sweep),
+            scheduler=sweep.scheduler.build(sweep),
             num_samples=sweep.trials.num_samples,
             time_budget_s=sweep.trials.time_budget_s,
             # A direct trial's process (torch imported, data mapped) serves the next trial.

@@ -1,15 +1,18 @@
-"""Sweeps that tuner 0.1 started, before its package layout: ``tuner resume`` goes on
-with them.
+"""Sweeps that an earlier tuner started: ``tuner resume`` goes on with them.
 
-Tune keeps a sweep's settings in ``tune/tuner.pkl``, a pickle that names the modules of
-the tuner that made it (``tuner.store``, ``tuner.config``, ...) and holds that version's
-Tune callbacks. Read with those names mapped to today's modules, it gets today's
-callbacks in place of the old ones and is written back; the original stays beside it as
-``tuner.pkl.tuner-0.1``. Nothing else in the folder names a module.
+Tune keeps a sweep's settings in ``tune/tuner.pkl``, and a model-based searcher its state in
+``tune/searcher-state-*.pkl``: pickles that name the modules of the tuner that made them.
+Two layouts came before today's: tuner 0.1's flat modules (``tuner.store``, ``tuner.config``,
+...) and the ``tuner.spec`` package (``tuner.spec.config``, ``tuner.spec.hyperband``, ...,
+until the search methods moved to ``tuner.search`` and the sweep file's schema to
+``tuner.sweepfile``). Read with those names mapped to today's, a pickle gets today's
+callbacks in place of the old ones and is written back; the original stays beside it
+(``tuner.pkl.tuner-0.1``, ``tuner.pkl.tuner-spec``). Nothing else in the folder names a module.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
 import pickle
 import types
@@ -19,31 +22,48 @@ from tuner.errors import TunerError
 from tuner.folder import remote
 from tuner.folder.store import SweepFolder
 
-KEPT_SUFFIX = ".tuner-0.1"
-# Modules that moved whole: the same classes under a new name (the sweep file's models,
-# the YAML origin, tuner's HyperBand and BOHB schedulers).
+# Modules that moved whole: the same classes under a new name (the YAML origin, the
+# spaces, tuner's HyperBand and BOHB schedulers, the Optuna and HyperOpt searchers).
 MOVED = {
-    "tuner.config": "tuner.spec.config",
-    "tuner.yamlio": "tuner.spec.yamlio",
-    "tuner.spaces": "tuner.spec.spaces",
-    "tuner.hyperband": "tuner.spec.hyperband",
-    "tuner.searchers": "tuner.spec.searchers",
-    "tuner.schedulers": "tuner.spec.schedulers",
+    "tuner.spaces": "tuner.search.spaces",
+    "tuner.hyperband": "tuner.search.tune_hyperband",
+    "tuner.spec.yamlio": "tuner.yamlio",
+    "tuner.spec.shipped": "tuner.usercode.shipped",
+    "tuner.spec.spaces": "tuner.search.spaces",
+    "tuner.spec.hyperband": "tuner.search.tune_hyperband",
+    "tuner.spec.optuna_space": "tuner.search.tune_optuna",
+    "tuner.spec.hyperopt_space": "tuner.search.tune_hyperopt",
+    "tuner.spec.auto": "tuner.search.auto",
+    "tuner.spec.own_code": "tuner.sweepfile.own_code",
 }
+# Modules whose classes went to several homes: each name is looked up in these, in order.
+SPLIT = ("tuner.config", "tuner.searchers", "tuner.schedulers", "tuner.spec.config", "tuner.spec.searchers",
+         "tuner.spec.schedulers")  # fmt: skip
+HOMES = (
+    "tuner.sweepfile.schema",
+    "tuner.sweepfile.sections",
+    "tuner.data.config",
+    "tuner.search.registry",
+    "tuner.search.base",
+    "tuner.search.optuna_searcher",
+)
 RENAMED = {("tuner.store", "SweepPaths"): ("tuner.folder.store", "SweepFolder")}
-# What only the old callbacks' code used: read as stand-ins, then dropped with them.
+# What only tuner 0.1's callbacks used: read as stand-ins, then dropped with them.
 REPLACED = ("tuner.store", "tuner.progress", "tuner.tracking")
+KEPT_SUFFIX = {"0.1": ".tuner-0.1", "spec": ".tuner-spec"}
+SEARCHER_STATE = "searcher-state-"
 
 
-def made_by_tuner_0_1(error: BaseException) -> bool:
-    """Whether restoring failed on a module name tuner 0.1 had and this tuner has not."""
+def made_by_earlier_tuner(error: BaseException) -> bool:
+    """Whether restoring failed on a module name an earlier tuner had and this tuner has not."""
     name = getattr(error, "name", None) or ""
-    return isinstance(error, ModuleNotFoundError) and name in (*MOVED, *REPLACED)
+    return isinstance(error, ModuleNotFoundError) and name in (*MOVED, *SPLIT, *REPLACED, "tuner.spec")
 
 
 def bring_forward(paths: SweepFolder, callbacks: list[Any]) -> None:
     """Rewrite the sweep's ``tuner.pkl`` for this tuner, with ``callbacks`` as its Tune
-    callbacks; the original is kept beside it (once: a second resume keeps the first)."""
+    callbacks, and its searcher's saved state; each original is kept beside it (once: a
+    second resume keeps the first)."""
     import ray.cloudpickle
 
     where = remote.join(paths.tune_uri, "tuner.pkl")
@@ -51,21 +71,47 @@ def bring_forward(paths: SweepFolder, callbacks: list[Any]) -> None:
     try:
         state = _EarlierNames(io.BytesIO(original)).load()
         state["_run_config"].callbacks = callbacks
-    except Exception as error:  # not a tuner 0.1 pickle after all
+    except Exception as error:  # not an earlier tuner's pickle after all
         raise TunerError(f"{where}: Tune's saved sweep cannot be read ({type(error).__name__}: {error})") from None
-    if not paths.has_tune_file(f"tuner.pkl{KEPT_SUFFIX}"):
-        paths.write_tune_file(f"tuner.pkl{KEPT_SUFFIX}", original)
-    paths.write_tune_file("tuner.pkl", ray.cloudpickle.dumps(state))
+    kept = KEPT_SUFFIX["spec" if b"tuner.spec" in original else "0.1"]
+    for name in paths.tune_file_names():
+        if name.startswith(SEARCHER_STATE) and name.endswith(".pkl"):
+            _rewrite(paths, name, kept, lambda data: ray.cloudpickle.dumps(_EarlierNames(io.BytesIO(data)).load()))
+    _rewrite(paths, "tuner.pkl", kept, lambda data: ray.cloudpickle.dumps(state))
+
+
+def _rewrite(paths: SweepFolder, name: str, kept: str, today: Any) -> None:
+    original = paths.read_tune_file(name)
+    if b"tuner." not in original:
+        return
+    rewritten = today(original)
+    if not paths.has_tune_file(name + kept):
+        paths.write_tune_file(name + kept, original)
+    paths.write_tune_file(name, rewritten)
 
 
 def _replaced(*args: Any, **kwargs: Any) -> None:
     """A stand-in for a function only tuner 0.1's callbacks called; they are not kept."""
 
 
+def _found_in_homes(name: str) -> Any:
+    for home in HOMES:
+        found = getattr(importlib.import_module(home), name, None)
+        if found is not None:
+            return found
+    registry = importlib.import_module("tuner.search.registry")  # a scheduler or searcher section
+    for kind in (*registry.SCHEDULERS.values(), *registry.SEARCHERS.values()):
+        if kind.__name__ == name:
+            return kind
+    raise AttributeError(f"no tuner module has {name!r} now")
+
+
 class _EarlierNames(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in RENAMED:
             module, name = RENAMED[(module, name)]
+        elif module in SPLIT:
+            return _found_in_homes(name)
         elif module in MOVED:
             module = MOVED[module]
         elif module in REPLACED:

@@ -12,7 +12,7 @@ from tuner.data.datasets import TrainingData
 from tuner.errors import ConfigError, TunerError
 from tuner.folder import records, store
 from tuner.folder.store import SweepFolder
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 
 def load_data(sweep: SweepConfig) -> Any:

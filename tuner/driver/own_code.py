@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.folder.store import SweepFolder
-from tuner.spec import own_code as spec
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile import own_code as spec
+from tuner.sweepfile.schema import SweepConfig
 from tuner.usercode import snapshot
 
 

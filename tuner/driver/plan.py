@@ -12,7 +12,7 @@ from tuner.errors import TunerError
 from tuner.folder import remote
 from tuner.folder.store import SweepFolder
 from tuner.invocation import tuner_command
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 DRIVER_MEMORY = 64 * 1024 * 1024  # logical reservation for the trial driver process
 
@@ -61,7 +61,7 @@ def describe(
     sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: SweepFolder, held: str = "in memory"
 ) -> str:
     searched = ", ".join(filter(None, (_searched(n, s) for n, s in sweep.param_specs().items()))) or "nothing"
-    searcher = sweep.searcher.name + (f" ({sweep.searcher.sampler})" if sweep.searcher.name == "optuna" else "")
+    searcher = sweep.searcher.described
     device = "GPU" if use_gpu else "CPU"
     return "\n".join(
         [

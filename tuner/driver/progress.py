@@ -232,7 +232,7 @@ class Reporter:
     def ended(self, trials: list[Any], trial: Any, errored: bool = False, reason: str = "") -> None:
         self.progress.observe(trials)
         if trial.trial_id in self.progress.completed and not errored:
-            return  # said already (a trial HyperBand let go is stopped again: tuner/spec/hyperband.py)
+            return  # said already (a trial HyperBand let go is stopped again: tuner/search/tune_hyperband.py)
         self.progress.completed.add(trial.trial_id)
         epoch = _epoch(trial)
         if self.live_mode and not errored:  # counted in the view; an error is printed above it

@@ -34,8 +34,9 @@ from tuner.errors import TunerError
 from tuner.folder import records, remote, store
 from tuner.folder.store import SweepFolder, SweepLock, release_unused, write_atomic
 from tuner.invocation import tuner_command
-from tuner.spec.config import SweepConfig
-from tuner.spec.searchers import Evaluated
+from tuner.search.base import Evaluated
+from tuner.search.registry import SCHEDULERS
+from tuner.sweepfile.schema import SweepConfig
 
 if TYPE_CHECKING:
     from tuner.trial.session import TrialHooks
@@ -302,11 +303,12 @@ def _run(
     data, held = ready_data(sweep, planned, paths, resume, verbose) if planned is not None else (None, "")
     streamed = data is not None and not isinstance(data, TrainingData)
     data_cpus = stream_cpus(cluster) if streamed else 0
-    if streamed and sweep.scheduler.name in ("hyperband", "bohb"):
+    if streamed and sweep.scheduler.pauses_trials:
+        others = ", ".join(name for name, kind in SCHEDULERS.items() if not kind.pauses_trials)
         raise TunerError(
             f"scheduler.name: {sweep.scheduler.name!r} pauses trials and waits for a full bracket, which the cap on "
             f"concurrent trials that streaming needs ({data_cpus} CPU(s) kept free for Ray Data) would starve; "
-            "use asha, median, pbt or fifo, or data.streaming: false"
+            f"use one of {others}, or data.streaming: false"
         )
     spark_cpus = getattr(planned, "kept_cpus", 0)  # a kept Spark session's executors hold these
     slots = concurrent_trials(sweep, cluster, use_gpu, data_cpus=data_cpus + spark_cpus)

@@ -1,6 +1,6 @@
 """``searcher.warm_start``: an earlier sweep's finished trials, read from its folder before
 anything is written, for the searcher to learn from before it proposes (Optuna is told
-them as completed trials, with their values per epoch: tuner/spec/searchers.py)."""
+them as completed trials, with their values per epoch: tuner/search/registry.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from tuner.errors import ConfigError, TunerError
 from tuner.folder import records
 from tuner.results.summaries import open_sweep, trial_summaries
-from tuner.spec.config import SweepConfig
-from tuner.spec.searchers import Evaluated
+from tuner.search.base import Evaluated
+from tuner.sweepfile.schema import SweepConfig
 
 ENDED = ("finished", "stopped_early")
 

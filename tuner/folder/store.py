@@ -124,6 +124,12 @@ class SweepFolder:
         else:
             write_atomic(self.tune / name, data)
 
+    def tune_file_names(self) -> list[str]:
+        """The names of the files directly in Tune's own folder."""
+        if self.remote:
+            return [name for name in remote.list_files(self.tune_uri) if "/" not in name]
+        return sorted(p.name for p in self.tune.iterdir() if p.is_file()) if self.tune.is_dir() else []
+
     def has_tune_file(self, name: str) -> bool:
         return remote.exists(join(self.tune_uri, name)) if self.remote else (self.tune / name).exists()
 

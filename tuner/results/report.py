@@ -170,14 +170,7 @@ def _section(sweep: Sweep, out: Path, prefix: str, written: list[Path]) -> str:
             )
         )
     name = f"{prefix}learning_curves.png"
-    rung_text = {
-        "asha": "dotted lines are ASHA's rungs, where a trial continues only if it is in the top 1/reduction_factor",
-        "hyperband": "dotted lines are HyperBand's rungs",
-        "bohb": "dotted lines are HyperBand's rungs",
-        "median": "the dotted line is where the median rule starts stopping trials",
-        "pbt": "stars mark PBT's exploits, where a trial continued from a better trial's checkpoint",
-        "pb2": "stars mark PB2's exploits, where a trial continued from a better trial's checkpoint",
-    }.get(sweep.config.scheduler.name, "the scheduler stops no trial early")
+    rung_text = sweep.config.scheduler.legend
     parts.append(
         _figure_html(
             _svg_and_png(plot_learning_curves(sweep), out / name, written),

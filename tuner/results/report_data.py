@@ -14,8 +14,8 @@ from tuner.errors import TunerError
 from tuner.folder import records, remote
 from tuner.folder.store import SweepFolder
 from tuner.results.summaries import TrialSummary, open_sweep, trial_summaries
-from tuner.spec.config import SweepConfig
-from tuner.spec.spaces import ParamSpec
+from tuner.search.spaces import ParamSpec
+from tuner.sweepfile.schema import SweepConfig
 
 
 @dataclass
@@ -115,22 +115,7 @@ def best_so_far(sweep: Sweep) -> list[tuple[float, int, float]]:
 
 def rungs(sweep: Sweep) -> list[int]:
     """The epochs at which the scheduler compares trials (empty for FIFO and PBT)."""
-    scheduler, top = sweep.config.scheduler, sweep.config.max_epochs
-    if scheduler.name == "asha":
-        marks, epoch = [], scheduler.grace_period
-        while epoch < top:
-            marks.append(int(epoch))
-            epoch *= scheduler.reduction_factor
-        return marks
-    if scheduler.name in ("hyperband", "bohb"):
-        marks, epoch = [], top / scheduler.reduction_factor
-        while epoch >= 1:
-            marks.append(int(round(epoch)))
-            epoch /= scheduler.reduction_factor
-        return sorted(set(marks))
-    if scheduler.name == "median":
-        return [int(scheduler.grace_period)] if scheduler.grace_period < top else []
-    return []
+    return sweep.config.scheduler.rungs(sweep.config)
 
 
 def exploits(sweep: Sweep, trial_id: str) -> list[tuple[int, str]]:

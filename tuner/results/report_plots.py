@@ -17,7 +17,7 @@ from tuner.results.report_data import (
     rungs,
     slot_bars,
 )
-from tuner.spec.spaces import ParamSpec
+from tuner.search.spaces import ParamSpec
 
 # How a trial ended -> its colour in every plot (colour-blind safe, Okabe-Ito).
 COLOURS = {

@@ -16,7 +16,8 @@ from typing import Any
 from tuner.errors import TunerError
 from tuner.folder import records, remote, store
 from tuner.folder.store import SweepFolder
-from tuner.spec.config import SweepConfig, load_sweep
+from tuner.sweepfile.load import load_sweep
+from tuner.sweepfile.schema import SweepConfig
 
 
 @dataclass

@@ -26,7 +26,7 @@ from tensorboardX.writer import FileWriter
 from tuner.console import say
 from tuner.folder import records, store
 from tuner.folder.store import SweepFolder
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 from tuner.tracking.mlflow_runs import (
     FLUSH_S,
     SweepRecord,

@@ -33,7 +33,7 @@ from tuner.errors import TunerError
 from tuner.folder import records, remote, store
 from tuner.folder.records import trial_metrics
 from tuner.folder.store import SweepFolder
-from tuner.spec.config import SweepConfig
+from tuner.sweepfile.schema import SweepConfig
 
 # The model tuner registers: MLflow loads this file by itself ("models from code"), so it
 # is named by path, never imported here (importing it sets MLflow's model).

@@ -84,7 +84,7 @@ class TrialSetup:
 # bundles do. (A Train run killed while its workers are still being placed can leave its
 # own placement group behind - docs/ray-notes.md - and a token's worth is harmless.)
 # GPUs are reserved by Train's workers themselves, out of Tune's sight: the sweep caps
-# the trials it starts at the cluster's GPU slots (tuner.spec.searchers).
+# the trials it starts at the cluster's GPU slots (tuner.search.registry).
 WORKER_CPU_TOKEN = 0.01
 
 
@@ -123,7 +123,7 @@ def resolve_hyperparameters(setup: TrialSetup, sampled: dict[str, Any]) -> tuple
     Coercion turns Tune's ``128.0`` from quniform into the int a layer width needs,
     and BOHB's ``np.str_`` into ``str``.
     """
-    from tuner.spec.config import MODEL_CHOICE, CnnConfig, ResNetConfig, SyntheticConfig, TrainConfig
+    from tuner.sweepfile.sections import MODEL_CHOICE, CnnConfig, ResNetConfig, SyntheticConfig, TrainConfig
 
     sampled = {k: (str(v) if isinstance(v, str) else v) for k, v in sampled.items()}
     if setup.own is not None:  # the user's function or command takes the sampled values as they are
@@ -144,7 +144,7 @@ def resolve_hyperparameters(setup: TrialSetup, sampled: dict[str, Any]) -> tuple
 
 def model_of(setup: TrialSetup, sampled: dict[str, Any]) -> str:
     """The model a trial trains: the sweep's, or the one it took from a choice of models."""
-    from tuner.spec.config import MODEL_CHOICE
+    from tuner.sweepfile.sections import MODEL_CHOICE
 
     if setup.own is None and MODEL_CHOICE in sampled:
         return str(sampled[MODEL_CHOICE])

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import ConfigError, TunerError
-from tuner.spec.yamlio import LoadedYaml
+from tuner.yamlio import LoadedYaml
 
-SweepConfig = Any  # tuner.spec.config.SweepConfig, which imports this module
+SweepConfig = Any  # tuner.sweepfile.schema.SweepConfig, whose validator imports this module
 
 # What a command may name besides the searched parameters (tuner/trial/command.py fills them in).
 COMMAND_FIELDS = ("epochs", "trial_id", "trial_dir", "checkpoint_dir", "resume_from")

@@ -26,8 +26,9 @@ from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
 from ray.tune.search.sample import Domain
 
-from tuner.spec import config, schedulers, searchers, spaces
-from tuner.spec.config import SweepConfig
+from tuner.search import base, registry, spaces
+from tuner.sweepfile import load
+from tuner.sweepfile.schema import SweepConfig
 
 METRIC, MODE = "val_accuracy", "max"
 EPOCHS = 4
@@ -35,7 +36,7 @@ EPOCHS = 4
 SCHEDULER_CLASSES = {
     "fifo": FIFOScheduler,
     "asha": AsyncHyperBandScheduler,  # what tune.schedulers.ASHAScheduler names
-    "hyperband": HyperBandScheduler,  # tuner's subclass: tuner/spec/hyperband.py
+    "hyperband": HyperBandScheduler,  # tuner's subclass: tuner/search/tune_hyperband.py
     "median": MedianStoppingRule,
     "pbt": PopulationBasedTraining,
     "pb2": PB2,
@@ -47,7 +48,7 @@ def searcher_class(name: str) -> type:
     if name in ("random", "grid"):
         return BasicVariantGenerator
     if name == "optuna":
-        from tuner.spec.optuna_space import SpaceOptunaSearch  # Ray's, taking tuner's space define-by-run
+        from tuner.search.tune_optuna import SpaceOptunaSearch  # Ray's, taking tuner's space define-by-run
 
         return SpaceOptunaSearch
     if name == "hyperopt":
@@ -90,8 +91,13 @@ def sweep_with(scheduler: str = "fifo", searcher: str = "random", **extra: Any) 
     )
 
 
+def built_scheduler(sweep: Any) -> Any:
+    """Ray Tune's scheduler, as the sweep's scheduler section builds it."""
+    return sweep.scheduler.build(sweep)
+
+
 def literal_names(union_annotation: Any) -> set[str]:
-    """The ``name`` Literals of the models in a discriminated union (config.SchedulerConfig, ...)."""
+    """The ``name`` Literals of the models in a discriminated union (registry.SchedulerConfig, ...)."""
     union = typing.get_args(union_annotation)[0]
     names = set()
     for model in typing.get_args(union):
@@ -101,39 +107,44 @@ def literal_names(union_annotation: Any) -> set[str]:
 
 # --- names --------------------------------------------------------------------------------
 def test_scheduler_registry_matches_the_schema():
-    assert set(schedulers.SCHEDULERS) == literal_names(config.SchedulerConfig)
-    assert set(SCHEDULER_CLASSES) == set(schedulers.SCHEDULERS)
+    assert set(registry.SCHEDULERS) == literal_names(registry.SchedulerConfig)
+    assert set(SCHEDULER_CLASSES) == set(registry.SCHEDULERS)
+
+
+# auto is no searcher of its own: validation replaces it by the one it picks (tuner/search/auto.py)
+BUILT = sorted(name for name, kind in registry.SEARCHERS.items() if not kind.picks)
 
 
 def test_searcher_registry_matches_the_schema():
-    # auto is no searcher of its own: validation replaces it by the one it picks (tuner/spec/auto.py)
-    assert set(searchers.SEARCHERS) == literal_names(config.SearcherConfig) - {"auto"}
+    assert set(registry.SEARCHERS) == literal_names(registry.SearcherConfig)
+    assert BUILT == sorted(set(registry.SEARCHERS) - {"auto"})
 
 
 def test_registry_names_are_lower_case():
-    for name in (*schedulers.SCHEDULERS, *searchers.SEARCHERS):
+    for name in (*registry.SCHEDULERS, *registry.SEARCHERS):
         assert name == name.lower()
 
 
 # --- building -------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", sorted(schedulers.SCHEDULERS))
+@pytest.mark.parametrize("name", sorted(registry.SCHEDULERS))
 def test_every_scheduler_builds(name):
     sweep = sweep_with(scheduler=name)
-    built = schedulers.build_scheduler(sweep)
+    built = sweep.scheduler.build(sweep)
     assert type(built) is SCHEDULER_CLASSES[name] or type(built).__bases__ == (SCHEDULER_CLASSES[name],)
     assert built.set_search_properties(METRIC, MODE) is True
     assert built.metric == METRIC
 
 
 def test_pbt_mutates_every_sampled_parameter_by_default():
-    mutations = schedulers.pbt_mutations(sweep_with("pbt"))
+    pbt = sweep_with("pbt")
+    mutations = pbt.scheduler.mutated(pbt)
     assert set(mutations) == {"lr", "dropout", "conv1", "optimizer"}  # not the constant momentum
     assert all(isinstance(domain, Domain) for domain in mutations.values())
 
 
 def test_pbt_takes_explicit_mutations():
     sweep = sweep_with("pbt", mutations={"lr": {"loguniform": [1.0e-4, 1.0e-1]}})
-    mutations = schedulers.pbt_mutations(sweep)
+    mutations = sweep.scheduler.mutated(sweep)
     assert list(mutations) == ["lr"]
     assert mutations["lr"].upper == pytest.approx(1.0e-1)
 
@@ -154,9 +165,9 @@ def test_a_pbt_sweep_that_validates_can_be_built(scheduler, space):
         )
     except ValidationError:
         return  # refused at load: fine
-    built = schedulers.build_scheduler(sweep)
+    built = sweep.scheduler.build(sweep)
     assert isinstance(built, PopulationBasedTraining)
-    mutations = schedulers.pbt_mutations(sweep)
+    mutations = sweep.scheduler.mutated(sweep)
     assert mutations
     assert all(isinstance(v, (Domain, list)) for v in mutations.values()), mutations
 
@@ -181,17 +192,17 @@ def unwrap(search_alg: Any) -> Any:
     return search_alg.searcher if isinstance(search_alg, ConcurrencyLimiter) else search_alg
 
 
-@pytest.mark.parametrize("name", sorted(searchers.SEARCHERS))
+@pytest.mark.parametrize("name", BUILT)
 def test_every_searcher_builds(name):
     sweep = sweep_with(searcher=name)
-    assert type(searchers.SEARCHERS[name](sweep, 2)) is searcher_class(name)
-    built = searchers.build_searcher(sweep, 2)
+    assert type(sweep.searcher.build(sweep, 2)) is searcher_class(name)
+    built = registry.build_searcher(sweep, 2)
     assert type(unwrap(built)) is searcher_class(name)
     if built is not unwrap(built):
         assert built.max_concurrent == 2
 
 
-@pytest.mark.parametrize("scheduler", [None, *sorted(schedulers.SCHEDULERS)])
+@pytest.mark.parametrize("scheduler", [None, *sorted(registry.SCHEDULERS)])
 def test_auto_with_any_scheduler_named_builds_a_pair_that_validates(scheduler):
     """``searcher: auto`` is in the registry's contract through what it picks: with any
     scheduler the file names (or none), the sweep validates and both halves build."""
@@ -200,21 +211,21 @@ def test_auto_with_any_scheduler_named_builds_a_pair_that_validates(scheduler):
     if scheduler is not None:
         data["scheduler"] = {"name": scheduler}
     sweep = SweepConfig.model_validate(data)
-    assert sweep.searcher.name in searchers.SEARCHERS and sweep.picked
+    assert sweep.searcher.name in registry.SEARCHERS and sweep.picked
     assert scheduler is None or sweep.scheduler.name == scheduler
-    assert type(unwrap(searchers.build_searcher(sweep, 2))) is searcher_class(sweep.searcher.name)
-    assert schedulers.build_scheduler(sweep).set_search_properties(METRIC, MODE) is True
+    assert type(unwrap(registry.build_searcher(sweep, 2))) is searcher_class(sweep.searcher.name)
+    assert sweep.scheduler.build(sweep).set_search_properties(METRIC, MODE) is True
 
 
 def test_the_variant_generator_takes_only_the_users_concurrency_cap():
     # Resources decide how many trials run; a cap from them would starve HyperBand's brackets.
-    built = searchers.build_searcher(sweep_with(searcher="random"), 3)
+    built = registry.build_searcher(sweep_with(searcher="random"), 3)
     assert type(built) is BasicVariantGenerator
     assert built.max_concurrent == 0
     capped = SweepConfig.model_validate(
         {**sweep_with(searcher="random").model_dump(mode="json"), "trials": {"max_concurrent": 1}}
     )
-    assert searchers.build_searcher(capped, 3).max_concurrent == 1
+    assert registry.build_searcher(capped, 3).max_concurrent == 1
 
 
 # --- contract: every scheduler through the same fake trials ------------------------------------
@@ -248,7 +259,7 @@ def drive(scheduler: TrialScheduler, accuracies: list[float]) -> dict[str, tuple
         for trial, accuracy in zip(trials, accuracies, strict=True):
             if trial.status != Trial.RUNNING:
                 continue
-            result = {schedulers.TIME_ATTR: epoch, METRIC: accuracy, "time_total_s": float(epoch)}
+            result = {base.TIME_ATTR: epoch, METRIC: accuracy, "time_total_s": float(epoch)}
             decision = scheduler.on_trial_result(controller, trial, result)
             assert decision in (TrialScheduler.CONTINUE, TrialScheduler.PAUSE, TrialScheduler.STOP)
             last[trial.trial_id] = (epoch, decision)
@@ -273,14 +284,14 @@ EXPECTED_LAST = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_LAST))
 def test_scheduler_contract_with_fake_trials(name):
-    scheduler = schedulers.build_scheduler(sweep_with(name))
+    scheduler = built_scheduler(sweep_with(name))
     assert scheduler.set_search_properties(METRIC, MODE)
     last = drive(scheduler, [0.9, 0.7, 0.5, 0.3])
     assert {trial: last[trial] for trial in ("t0", "t3")} == EXPECTED_LAST[name]
 
 
 def test_asha_never_stops_anyone_before_the_grace_period():
-    scheduler = schedulers.build_scheduler(sweep_with("asha", grace_period=2))
+    scheduler = built_scheduler(sweep_with("asha", grace_period=2))
     scheduler.set_search_properties(METRIC, MODE)
     last = drive(scheduler, [0.9, 0.7, 0.5, 0.3])
     assert all(epoch >= 2 for epoch, _ in last.values())
@@ -315,7 +326,7 @@ def test_hyperband_stops_a_trial_left_paused_after_its_bracket_let_it_go(name):
     loser of its bracket, or one of a finished bracket), then Tune marked it PAUSED again.
     Nothing would ever resume it; tuner's scheduler stops it. A trial paused to wait for the
     rest of its bracket is left alone."""
-    scheduler = schedulers.build_scheduler(sweep_with(name, reduction_factor=3))
+    scheduler = built_scheduler(sweep_with(name, reduction_factor=3))
     scheduler.set_search_properties(METRIC, MODE)
     trials = [Trial("__fake", config={}, trial_id=f"t{i}", stub=True) for i in range(5)]
     controller = StoppingController(trials, scheduler)
@@ -326,16 +337,14 @@ def test_hyperband_stops_a_trial_left_paused_after_its_bracket_let_it_go(name):
     waiting, loser, last = first
     decisions = {}
     for trial, accuracy in ((waiting, 0.9), (loser, 0.1)):
-        decisions[trial.trial_id] = scheduler.on_trial_result(
-            controller, trial, {schedulers.TIME_ATTR: 1, METRIC: accuracy}
-        )
+        decisions[trial.trial_id] = scheduler.on_trial_result(controller, trial, {base.TIME_ATTR: 1, METRIC: accuracy})
         trial.status = Trial.PAUSED
     assert set(decisions.values()) == {TrialScheduler.PAUSE}
     scheduler.choose_trial_to_run(controller)
     assert controller.stopped == [], "a trial waiting for its bracket was stopped"
 
     # The last result halves the bracket: the loser is stopped, the winner unpaused.
-    scheduler.on_trial_result(controller, last, {schedulers.TIME_ATTR: 1, METRIC: 0.2})
+    scheduler.on_trial_result(controller, last, {base.TIME_ATTR: 1, METRIC: 0.2})
     assert loser.trial_id in controller.stopped
     loser.status = Trial.PAUSED  # what Tune did under load: the stopped trial PAUSED again
     controller.stopped.clear()
@@ -345,13 +354,13 @@ def test_hyperband_stops_a_trial_left_paused_after_its_bracket_let_it_go(name):
 
 
 # --- contract: every model-based searcher suggests inside the space -----------------------------
-MODEL_BASED = sorted(set(searchers.SEARCHERS) - {"random", "grid"})
+MODEL_BASED = sorted(name for name, kind in registry.SEARCHERS.items() if kind.model_based and not kind.picks)
 
 
 def suggestions(name: str, count: int) -> list[dict[str, Any]]:
     sweep = sweep_with(searcher=name)
-    searcher = searchers.build_searcher(sweep, 2)
-    if searchers.holds_space(sweep):  # as Tune does: no param_space beside a searcher holding one
+    searcher = registry.build_searcher(sweep, 2)
+    if sweep.searcher.holds_space(sweep):  # as Tune does: no param_space beside a searcher holding one
         searcher.set_search_properties(METRIC, MODE, {})
         assert unwrap(searcher).metric == METRIC and unwrap(searcher).mode == MODE
     else:
@@ -361,7 +370,7 @@ def suggestions(name: str, count: int) -> list[dict[str, Any]]:
         trial_id = f"t{index}"
         suggestion = searcher.suggest(trial_id)
         suggested.append(suggestion)
-        searcher.on_trial_complete(trial_id, {METRIC: 0.5 + 0.01 * index, schedulers.TIME_ATTR: EPOCHS})
+        searcher.on_trial_complete(trial_id, {METRIC: 0.5 + 0.01 * index, base.TIME_ATTR: EPOCHS})
     return suggested
 
 
@@ -385,7 +394,7 @@ def first_points(sweep: SweepConfig, storage: str, count: int = 4) -> list[dict[
     sweep, drawn as Tune draws them, without Ray: add_configurations, then next_trial."""
     from ray.tune.experiment import Experiment
 
-    searcher = searchers.build_searcher(sweep, 2)
+    searcher = registry.build_searcher(sweep, 2)
     assert isinstance(searcher, BasicVariantGenerator)
     space = spaces.to_param_space(sweep.param_specs())
     searcher.add_configurations(
@@ -399,9 +408,9 @@ def test_the_random_searcher_draws_the_same_points_each_run_of_a_file_and_new_on
     gives new ones."""
     import ray
 
-    first = first_points(config.load_sweep("mnist_asha"), str(tmp_path / "first"))
-    again = first_points(config.load_sweep("mnist_asha"), str(tmp_path / "again"))
-    other = first_points(config.load_sweep("mnist_asha", ["seed=1"]), str(tmp_path / "other"))
+    first = first_points(load.load_sweep("mnist_asha"), str(tmp_path / "first"))
+    again = first_points(load.load_sweep("mnist_asha"), str(tmp_path / "again"))
+    other = first_points(load.load_sweep("mnist_asha", ["seed=1"]), str(tmp_path / "other"))
     assert first == again
     assert len({point["lr"] for point in first}) == len(first)  # drawn, not one point repeated
     assert all(a["lr"] != b["lr"] for a, b in zip(first, other, strict=True))
@@ -412,7 +421,7 @@ def test_bohb_takes_the_keyword_tune_recurses_with():
     """Tune's HyperBandForBOHB calls ``self.choose_trial_to_run(controller, allow_recurse=False)``
     once it processed a bracket with no trial running; tuner's subclass must take the keyword
     (a Branin sweep of 108 trials in benchmarks/search_quality.py failed there with a TypeError)."""
-    scheduler = schedulers.build_scheduler(sweep_with("bohb", reduction_factor=3))
+    scheduler = built_scheduler(sweep_with("bohb", reduction_factor=3))
     scheduler.set_search_properties(METRIC, MODE)
     trials = [Trial("__fake", config={}, trial_id=f"t{i}", stub=True) for i in range(3)]
     controller = StoppingController(trials, scheduler)

@@ -9,7 +9,7 @@ from integration_helpers import assert_no_leaks, data_root
 
 from tuner.driver.sweep import run_sweep
 from tuner.folder import records
-from tuner.spec.config import EXPERIMENTS_DIR, load_sweep
+from tuner.sweepfile.load import EXPERIMENTS_DIR, load_sweep
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

@@ -25,9 +25,10 @@ The rules, and what benchmarks/search_quality.py measured of them (benchmarks/RE
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from tuner.spec.spaces import RANGE_KINDS, ParamSpec
+from tuner.search.base import Searcher
+from tuner.search.spaces import RANGE_KINDS, ParamSpec
 
 GP_MAX_DIMENSIONS = 8
 GP_MAX_TRIALS = 256  # a GP's fit grows with the cube of the trials it has seen
@@ -42,14 +43,6 @@ class Choice:
     reason: str
 
 
-# The schedulers that take one searcher only (tuner/spec/config.py checks the pairs).
-SCHEDULERS_OWN_SEARCHER = {
-    "bohb": ({"name": "bohb"}, "scheduler bohb goes with BOHB's own searcher"),
-    "pbt": ({"name": "random"}, "scheduler pbt explores by itself from random starting points"),
-    "pb2": ({"name": "random"}, "scheduler pb2 explores by itself from random starting points"),
-}
-
-
 def pick(
     specs: dict[str, ParamSpec],
     *,
@@ -57,13 +50,13 @@ def pick(
     epochs: int,
     scheduler_given: bool,
     objectives: int = 0,
-    scheduler: str | None = None,
+    own_searcher: tuple[dict[str, Any], str] | None = None,
 ) -> Choice:
-    """``scheduler``: the name of the scheduler the file gives (``scheduler_given``)."""
+    """``own_searcher``: the searcher the file's scheduler needs, and why (``Scheduler.own_searcher``)."""
     searched = {name: spec for name, spec in specs.items() if spec.kind != "constant"}
     kinds = {spec.kind for spec in searched.values()}
-    if scheduler_given and scheduler in SCHEDULERS_OWN_SEARCHER:
-        searcher, why = SCHEDULERS_OWN_SEARCHER[scheduler]
+    if scheduler_given and own_searcher is not None:
+        searcher, why = own_searcher
         return Choice(dict(searcher), None, f"auto picked searcher {searcher['name']}: {why}")
     if objectives > 1 and "grid" in kinds:
         return Choice(
@@ -119,3 +112,12 @@ def _tpe_reason(searched: dict[str, ParamSpec], trials: int, kinds: set[str], sc
     if trials > GP_MAX_TRIALS:
         return f"{trials} trials, more than a Gaussian process fits quickly"
     return "the file's scheduler may stop trials early, whose partial values TPE takes in its stride"
+
+
+class AutoSearcher(Searcher):
+    """tuner picks the searcher (and the scheduler, if the file names none) from the space,
+    the budget and the metric (``pick``), and says what and why when the sweep starts."""
+
+    name: Literal["auto"]
+
+    picks: ClassVar[bool] = True

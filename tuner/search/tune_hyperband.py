@@ -8,7 +8,7 @@ again. No bracket holds it any more, so nothing resumes it, and Tune waits for i
 for ever (docs/ray-notes.md, "HyperBand under load"). Whenever Tune asks what to run
 next, the scheduler stops such trials first.
 
-Imported by tuner/spec/schedulers.py's builders only (it imports Ray).
+Imported by tuner/search/registry.py's builders only (it imports Ray).
 """
 
 from __future__ import annotations

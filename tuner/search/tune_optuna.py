@@ -1,10 +1,10 @@
 """A sweep's search space as an Optuna define-by-run function, and Ray's OptunaSearch
-taking it (tuner/spec/searchers.py builds it with the sampler the file names).
+taking it (tuner/search/registry.py builds it with the sampler the file names).
 
 Define-by-run is how Optuna takes a conditional space: a trial suggests the value of a
 conditional choice, then only that branch's parameters. Inside Optuna each parameter is
 named by its path (``lr``, or ``optimizer.sgd.lr`` under a branch), so two branches may
-give one name different ranges; the trial gets plain names (``tuner.spec.spaces.flatten``).
+give one name different ranges; the trial gets plain names (``tuner.search.spaces.flatten``).
 
 ``encode`` goes the other way, for a warm start: a finished trial's plain config becomes
 Optuna's parameters and distributions, or None when it lies outside this space.
@@ -17,7 +17,7 @@ from typing import Any
 
 from ray.tune.search.optuna import OptunaSearch
 
-from tuner.spec.spaces import ParamSpec
+from tuner.search.spaces import ParamSpec
 
 PLAIN = (type(None), bool, int, float, str)  # what Optuna's categorical distribution holds
 

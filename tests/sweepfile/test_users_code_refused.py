@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tuner.errors import ConfigError
-from tuner.spec.config import load_sweep
+from tuner.sweepfile.load import load_sweep
 
 CODE = {
     "my_train.py": "def train(params, context):\n    context.report({'score': params['x']})\n\n"

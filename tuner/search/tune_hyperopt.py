@@ -8,7 +8,7 @@ from typing import Any
 
 from ray.tune.search.hyperopt import HyperOptSearch
 
-from tuner.spec import spaces
+from tuner.search import spaces
 
 
 class FlatHyperOptSearch(HyperOptSearch):

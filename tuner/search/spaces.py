@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.errors import ConfigError
-from tuner.spec.shipped import registry_dir
-from tuner.spec.yamlio import load_yaml
+from tuner.usercode.shipped import registry_dir
+from tuner.yamlio import load_yaml
 
 SPACES_DIR = registry_dir()
 
@@ -138,6 +138,20 @@ def _parse_branches(branches: dict[Any, Any]) -> ParamSpec:
                 raise ValueError(f"branch {value}: {name}: grid values cannot be inside a conditional choice")
         parsed.append((value, specs))
     return ParamSpec("branches", tuple(parsed))
+
+
+def parse_params(origin: str, params: dict[str, Any]) -> dict[str, ParamSpec]:
+    """Every parameter of a section (``origin``: where it is, e.g. ``space.params``), or the
+    sweep-file error naming the first that does not parse."""
+    from tuner.strict import fail
+
+    specs = {}
+    for name, value in params.items():
+        try:
+            specs[name] = parse_param(value)
+        except ValueError as error:
+            raise fail("{where}.{name}: {error}", where=origin, name=name, error=error) from None
+    return specs
 
 
 def flat_specs(specs: dict[str, ParamSpec]) -> dict[str, ParamSpec]:

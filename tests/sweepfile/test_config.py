@@ -18,9 +18,10 @@ import yaml
 
 from tuner.cli import EXIT_USER_ERROR, main
 from tuner.errors import ConfigError
-from tuner.spec.config import EXPERIMENTS_DIR, SMOKE_OVERRIDES, SweepConfig, load_sweep, resolve_sweep_path
-from tuner.spec.spaces import ParamSpec
-from tuner.spec.yamlio import parse_scalar
+from tuner.search.spaces import ParamSpec
+from tuner.sweepfile.load import EXPERIMENTS_DIR, SMOKE_OVERRIDES, load_sweep, resolve_sweep_path
+from tuner.sweepfile.schema import SweepConfig
+from tuner.yamlio import parse_scalar
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = sorted(EXPERIMENTS_DIR.glob("*.yaml"))

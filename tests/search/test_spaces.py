@@ -14,9 +14,9 @@ import yaml
 from ray.tune.search import sample
 
 from tuner.errors import ConfigError
-from tuner.spec import spaces
-from tuner.spec.config import SweepConfig
-from tuner.spec.spaces import ParamSpec, load_registry_space, parse_param, registry_names, to_param_space
+from tuner.search import spaces
+from tuner.search.spaces import ParamSpec, load_registry_space, parse_param, registry_names, to_param_space
+from tuner.sweepfile.schema import SweepConfig
 
 DRAWS = 50
 
@@ -326,7 +326,7 @@ def test_inline_params_override_registry_params_of_the_same_name():
 
 
 def test_the_default_experiment_overrides_its_registry_space():
-    from tuner.spec.config import load_sweep
+    from tuner.sweepfile.load import load_sweep
 
     specs = load_sweep("mnist_asha").param_specs()
     assert specs["lr"] == ParamSpec("loguniform", (1.0e-3, 4.0e-3))

@@ -32,6 +32,15 @@ class LoadedYaml:
                 return line
         return None
 
+    def line_of_message(self, message: str) -> int | None:
+        """The line of the field path a cross-field message starts with (``a.b.c: ...``)."""
+        for head in message.split(":", 1)[0].split(" / "):
+            head = head.strip()
+            if re.fullmatch(r"[\w.]+", head) and tuple(head.split(".")) in self.lines:
+                return self.lines[tuple(head.split("."))]
+        head = message.split(":", 1)[0].split(" / ")[0].strip()
+        return self.line_of(tuple(head.split("."))) if re.fullmatch(r"[\w.]+", head) else None
+
 
 class _Loader(yaml.SafeLoader):
     """The safe loader, reading ``1e-3`` as a float as YAML 1.2 does (PyYAML wants ``1.0e-3``)."""

@@ -11,8 +11,9 @@ import pytest
 
 from tuner.errors import ConfigError
 from tuner.folder import pareto
-from tuner.spec import auto, config, schedulers, searchers, spaces
-from tuner.spec.optuna_space import OptunaSpace
+from tuner.search import auto, base, optuna_searcher, registry, spaces
+from tuner.search.tune_optuna import OptunaSpace
+from tuner.sweepfile import load, schema, sections
 
 METRIC, MODE = "val_accuracy", "max"
 
@@ -27,17 +28,17 @@ CONDITIONAL = {
 }
 
 
-def sweep(params: dict[str, Any], searcher: dict[str, Any] | str = "random", **sections: Any) -> config.SweepConfig:
+def sweep(params: dict[str, Any], searcher: dict[str, Any] | str = "random", **sections: Any) -> schema.SweepConfig:
     searcher = {"name": searcher} if isinstance(searcher, str) else searcher
-    return config.SweepConfig.model_validate(
+    return schema.SweepConfig.model_validate(
         {"name": "search_test", "train": {"epochs": 4}, "searcher": searcher, "space": {"params": params}, **sections}
     )
 
 
-def suggest(built: config.SweepConfig, count: int) -> list[dict[str, Any]]:
+def suggest(built: schema.SweepConfig, count: int) -> list[dict[str, Any]]:
     """What the sweep's searcher proposes for ``count`` trials, told a result after each."""
-    search_alg = searchers.build_searcher(built, 2)
-    if searchers.holds_space(built):
+    search_alg = registry.build_searcher(built, 2)
+    if built.searcher.holds_space(built):
         search_alg.set_search_properties(METRIC, MODE, {})
     else:
         search_alg.set_search_properties(METRIC, MODE, spaces.to_param_space(built.param_specs()))
@@ -155,7 +156,7 @@ def test_a_conditional_space_written_in_a_file_is_refused_with_its_line(tmp_path
         "        sgd: {momentum: {uniform: [0.8, 0.99]}}\n        adam: {}\n"
     )
     with pytest.raises(ConfigError) as raised:
-        config.load_sweep(str(path))
+        load.load_sweep(str(path))
     assert str(raised.value).startswith(f"{path}:5: space.params.optimizer: a conditional choice needs searcher")
 
 
@@ -168,10 +169,10 @@ FLAT = {
 }
 
 
-@pytest.mark.parametrize("sampler", config.OPTUNA_SAMPLERS)
+@pytest.mark.parametrize("sampler", optuna_searcher.OPTUNA_SAMPLERS)
 def test_every_optuna_sampler_suggests_inside_the_space_and_is_seeded(sampler):
     built = sweep(FLAT, {"name": "optuna", "sampler": sampler, "n_startup_trials": 2})
-    inner = searchers.build_searcher(built, 2).searcher
+    inner = registry.build_searcher(built, 2).searcher
     assert (
         type(inner._ot_study.sampler)
         .__name__.lower()
@@ -203,14 +204,14 @@ def test_a_choice_of_lists_goes_to_optuna_by_its_index():
 # --- warm start --------------------------------------------------------------------------------------
 def test_a_warm_start_tells_optuna_the_trials_inside_its_space():
     built = sweep(CONDITIONAL, {"name": "optuna", "n_startup_trials": 0})
-    search_alg = searchers.build_searcher(built, 2)
+    search_alg = registry.build_searcher(built, 2)
     earlier = [
-        searchers.Evaluated({"optimizer": "sgd", "momentum": 0.9, "lr": 0.05, "dropout": 0.1}, (0.5, 0.9)),
-        searchers.Evaluated({"optimizer": "adam", "lr": 0.001, "dropout": 0.3}, (0.4, 0.6)),
-        searchers.Evaluated({"optimizer": "adam", "lr": 0.5, "dropout": 0.3}, (0.7,)),  # lr outside adam's range
-        searchers.Evaluated({"optimizer": "rmsprop", "lr": 0.001, "dropout": 0.3}, (0.7,)),  # no such branch
+        base.Evaluated({"optimizer": "sgd", "momentum": 0.9, "lr": 0.05, "dropout": 0.1}, (0.5, 0.9)),
+        base.Evaluated({"optimizer": "adam", "lr": 0.001, "dropout": 0.3}, (0.4, 0.6)),
+        base.Evaluated({"optimizer": "adam", "lr": 0.5, "dropout": 0.3}, (0.7,)),  # lr outside adam's range
+        base.Evaluated({"optimizer": "rmsprop", "lr": 0.001, "dropout": 0.3}, (0.7,)),  # no such branch
     ]
-    assert searchers.warm_start(search_alg, earlier) == (2, 2)
+    assert optuna_searcher.warm_start(search_alg, earlier) == (2, 2)
     study = search_alg.searcher._ot_study
     told = study.get_trials()
     assert [t.value for t in told] == [0.9, 0.6]
@@ -225,7 +226,7 @@ def test_a_warm_start_tells_optuna_the_trials_inside_its_space():
 
 
 def test_encode_goes_back_to_the_values_a_space_suggested():
-    specs = config.SweepConfig.model_validate(
+    specs = schema.SweepConfig.model_validate(
         {"name": "x", "space": {"params": {**FLAT, "augment": {"choice": [[], ["random_crop"]]}}}}
     ).param_specs()
     space = OptunaSpace(specs)
@@ -272,7 +273,7 @@ def test_auto_picks_from_the_space_budget_and_epochs(params, trials, epochs, sch
     sections = {"trials": {"num_samples": trials}, "train": {"epochs": epochs}}
     if scheduler:
         sections["scheduler"] = scheduler
-    built = config.SweepConfig.model_validate(
+    built = schema.SweepConfig.model_validate(
         {"name": "auto_test", "searcher": {"name": "auto"}, "space": {"params": params}, **sections}
     )
     picked = {"name": built.searcher.name, "sampler": getattr(built.searcher, "sampler", None)}
@@ -289,7 +290,7 @@ def test_auto_says_why_and_keeps_a_warm_start():
     assert built.picked.startswith("auto picked searcher optuna (gp): 4 numeric parameters and 30 trials")
     assert built.scheduler.name == "fifo"
     choices = {**FLAT, "optimizer": {"choice": ["adam", "sgd"]}}
-    choice = auto.pick(config.SweepConfig.model_validate({"name": "x", "space": {"params": choices}}).param_specs(),
+    choice = auto.pick(schema.SweepConfig.model_validate({"name": "x", "space": {"params": choices}}).param_specs(),
                        trials=30, epochs=4, scheduler_given=False)  # fmt: skip
     assert choice.scheduler == {"name": "asha", "grace_period": 1, "reduction_factor": 3}
     assert choice.reason.endswith("ASHA stops the worst trials early (30 trials of 4 epochs)")
@@ -298,14 +299,14 @@ def test_auto_says_why_and_keeps_a_warm_start():
 # --- PB2 -----------------------------------------------------------------------------------------------
 def test_pb2_explores_the_bounds_of_the_numeric_parameters():
     built = sweep({**FLAT, "optimizer": {"choice": ["adam", "sgd"]}}, scheduler={"name": "pb2"})
-    assert schedulers.pb2_bounds(built) == {
+    assert built.scheduler.bounds(built) == {
         "lr": [1.0e-4, 1.0e-2],
         "dropout": [0.0, 0.5],
         "conv1": [8, 32],
         "hidden": [64, 256],
     }
-    scheduler = schedulers.build_scheduler(built)
-    assert scheduler._hyperparam_bounds == schedulers.pb2_bounds(built)
+    scheduler = built.scheduler.build(built)
+    assert scheduler._hyperparam_bounds == built.scheduler.bounds(built)
 
 
 def test_pb2_without_a_numeric_parameter_is_refused():
@@ -318,7 +319,7 @@ def test_every_new_experiment_file_holds_the_feature_it_shows():
     runs each one at smoke size)."""
     shows = {
         "mnist_conditional": lambda b: b.searcher.name == "optuna" and spaces.is_conditional(b.param_specs()),
-        "mnist_model_choice": lambda b: b.searcher.name == "random" and config.MODEL_CHOICE in b.param_specs(),
+        "mnist_model_choice": lambda b: b.searcher.name == "random" and sections.MODEL_CHOICE in b.param_specs(),
         "mnist_conditional_hyperopt": lambda b: (
             b.searcher.name == "hyperopt" and spaces.is_conditional(b.param_specs())
         ),
@@ -329,11 +330,11 @@ def test_every_new_experiment_file_holds_the_feature_it_shows():
         "mnist_optuna_random": lambda b: b.searcher.sampler == "random",
         "mnist_nsga2": lambda b: b.searcher.sampler == "nsga2" and len(b.objectives) == 2,
         "mnist_pb2": lambda b: b.scheduler.name == "pb2",
-        "mnist_multiobjective": lambda b: len(b.objectives) == 2 and isinstance(b.select, config.SelectRule),
+        "mnist_multiobjective": lambda b: len(b.objectives) == 2 and isinstance(b.select, sections.SelectRule),
         "mnist_warm_start": lambda b: b.searcher.warm_start is not None,
     }
     for name, holds in shows.items():
-        built = config.load_sweep(name)
+        built = load.load_sweep(name)
         assert holds(built), f"experiments/{name}.yaml does not show its feature"
 
 
@@ -407,14 +408,14 @@ TWO_METRICS = {"metric": ["val_accuracy", "params"], "mode": ["max", "min"]}
 def test_what_cannot_serve_several_objectives_is_refused_in_one_line(change, message):
     data = {"name": "two", "searcher": {"name": "optuna"}, **TWO_METRICS, **change}
     with pytest.raises(Exception, match=message):
-        config.SweepConfig.model_validate(data)
+        schema.SweepConfig.model_validate(data)
 
 
 def test_a_single_metric_refuses_a_front_rule_and_a_size_metric_alone():
     with pytest.raises(Exception, match=r"select: picks one point of a Pareto front"):
-        config.SweepConfig.model_validate({"name": "one", "select": {"max": "val_accuracy"}})
+        schema.SweepConfig.model_validate({"name": "one", "select": {"max": "val_accuracy"}})
     with pytest.raises(Exception, match=r"metric: 'params' alone would find the smallest model"):
-        config.SweepConfig.model_validate({"name": "one", "metric": "params"})
+        schema.SweepConfig.model_validate({"name": "one", "metric": "params"})
 
 
 def test_auto_with_two_objectives_takes_grid_values_to_random_search():
@@ -445,7 +446,7 @@ MODELS = {"name": {"choice": {"cnn": {"conv2": {"choice": [16, 32]}, "hidden": 6
 
 
 def test_a_choice_of_models_becomes_a_conditional_choice_each_with_its_options():
-    built = config.SweepConfig.model_validate({"name": "m", "model": MODELS, "searcher": {"name": "optuna"}})
+    built = schema.SweepConfig.model_validate({"name": "m", "model": MODELS, "searcher": {"name": "optuna"}})
     assert built.model.name == "cnn"
     models = built.param_specs()["model"]
     assert models.kind == "branches" and set(models.branches) == {"cnn", "resnet18"}
@@ -458,7 +459,7 @@ def test_a_choice_of_models_becomes_a_conditional_choice_each_with_its_options()
 def test_a_trial_builds_the_model_it_took_with_that_models_defaults():
     from tuner.trial.runner import TrialSetup, model_of, resolve_hyperparameters
 
-    built = config.SweepConfig.model_validate({"name": "m", "model": MODELS})
+    built = schema.SweepConfig.model_validate({"name": "m", "model": MODELS})
     setup = TrialSetup(
         model_name=built.model.name,
         model_defaults=built.model.model_dump(exclude={"name"}),
@@ -497,4 +498,4 @@ def test_a_trial_builds_the_model_it_took_with_that_models_defaults():
 )
 def test_a_bad_choice_of_models_is_one_line(model, extra, message):
     with pytest.raises(Exception, match=message):
-        config.SweepConfig.model_validate({"name": "m", "model": model, **extra})
+        schema.SweepConfig.model_validate({"name": "m", "model": model, **extra})

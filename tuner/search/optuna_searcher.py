@@ -1,0 +1,108 @@
+"""Optuna's samplers (TPE, CMA-ES, GP, QMC, NSGA-II, random) as tuner's ``optuna`` searcher:
+a study that holds the sweep's space define-by-run (tuner/search/tune_optuna.py), told the
+earlier sweep's trials for a warm start."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from tuner.search.base import Evaluated, Searcher
+from tuner.strict import fail
+
+OPTUNA_SAMPLERS = ("tpe", "cmaes", "gp", "qmc", "nsga2", "random")
+
+
+class OptunaSearcher(Searcher):
+    name: Literal["optuna"]
+    sampler: Literal["tpe", "cmaes", "gp", "qmc", "nsga2", "random"] = "tpe"
+    n_startup_trials: int = Field(4, ge=0)  # random trials before tpe, cmaes or gp take over
+    population_size: int = Field(50, ge=2)  # nsga2: trials per generation (the first is random)
+
+    takes_earlier_results: ClassVar[bool] = True
+
+    def check(self, sweep: Any) -> None:
+        if self.warm_start is not None and self.sampler == "qmc":
+            raise fail("searcher.warm_start: the qmc sampler draws a fixed sequence and learns nothing from trials")
+
+    def single_objective_name(self) -> str | None:
+        return "optuna's cmaes sampler" if self.sampler == "cmaes" else None
+
+    def build(self, sweep: Any, max_concurrent: int) -> Any:
+        return optuna_search(sweep, self.sampler)
+
+    def holds_space(self, sweep: Any) -> bool:
+        return True
+
+    def tell_earlier(self, search_alg: Any, evaluated: list[Evaluated]) -> tuple[int, int]:
+        return warm_start(search_alg, evaluated)
+
+    @property
+    def described(self) -> str:
+        return f"optuna ({self.sampler})"
+
+
+def optuna_sampler(name: str, seed: int, n_startup_trials: int, population_size: int = 50) -> Any:
+    """Optuna's sampler by the name the file gives (``searcher.sampler``)."""
+    import optuna
+
+    samplers = optuna.samplers
+    builders = {
+        "tpe": lambda: samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials),
+        "cmaes": lambda: samplers.CmaEsSampler(seed=seed, n_startup_trials=n_startup_trials),
+        "gp": lambda: samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials),
+        "qmc": lambda: samplers.QMCSampler(seed=seed, scramble=True),
+        "nsga2": lambda: samplers.NSGAIISampler(seed=seed, population_size=population_size),
+        "random": lambda: samplers.RandomSampler(seed=seed),
+    }
+    return builders[name]()
+
+
+def optuna_search(sweep: Any, sampler: str) -> Any:
+    """Ray's OptunaSearch holding the sweep's space, with ``sampler``."""
+    import warnings
+
+    import optuna
+    from optuna.exceptions import ExperimentalWarning
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # not a line per study in the sweep's output
+
+    from tuner.search.tune_optuna import OptunaSpace, SpaceOptunaSearch
+
+    s = sweep.searcher
+    with warnings.catch_warnings():  # qmc, gp: "experimental" in Optuna's words; chosen in the file
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        chosen = optuna_sampler(
+            sampler, sweep.seed, getattr(s, "n_startup_trials", 4), getattr(s, "population_size", 50)
+        )
+    space = OptunaSpace(sweep.param_specs())
+    if sweep.objectives:  # several: Optuna is told every one when a trial ends
+        metric, mode = [o.metric for o in sweep.objectives], [o.mode for o in sweep.objectives]
+        return SpaceOptunaSearch(space=space, metric=metric, mode=mode, sampler=chosen)
+    return SpaceOptunaSearch(space=space, metric=sweep.metric, mode=sweep.mode, sampler=chosen)
+
+
+def warm_start(search_alg: Any, evaluated: list[Evaluated]) -> tuple[int, int]:
+    """Tell the Optuna searcher inside ``search_alg`` the earlier trials that lie in its space,
+    before it proposes: (told, outside the space)."""
+    import optuna
+
+    searcher = getattr(search_alg, "searcher", search_alg)  # inside the ConcurrencyLimiter
+    told = outside = 0
+    for trial in evaluated:
+        encoded = searcher._space.encode(trial.config)  # tuner/search/tune_optuna.py
+        if encoded is None or not trial.values:
+            outside += 1
+            continue
+        params, distributions = encoded
+        searcher._ot_study.add_trial(  # Ray's add_evaluated_point refuses a define-by-run space
+            optuna.trial.create_trial(
+                params=params,
+                distributions=distributions,
+                value=trial.values[-1],
+                intermediate_values=dict(enumerate(trial.values, start=1)),
+            )
+        )
+        told += 1
+    return told, outside
