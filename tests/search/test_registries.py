@@ -420,7 +420,7 @@ def test_the_random_searcher_draws_the_same_points_each_run_of_a_file_and_new_on
 def test_bohb_takes_the_keyword_tune_recurses_with():
     """Tune's HyperBandForBOHB calls ``self.choose_trial_to_run(controller, allow_recurse=False)``
     once it processed a bracket with no trial running; tuner's subclass must take the keyword
-    (a Branin sweep of 108 trials in benchmarks/search_quality.py failed there with a TypeError)."""
+    (a Branin sweep of 108 trials in benchmarks/studies/search_quality.py failed there with a TypeError)."""
     scheduler = built_scheduler(sweep_with("bohb", reduction_factor=3))
     scheduler.set_search_properties(METRIC, MODE)
     trials = [Trial("__fake", config={}, trial_id=f"t{i}", stub=True) for i in range(3)]

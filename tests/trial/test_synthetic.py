@@ -113,10 +113,17 @@ def test_a_synthetic_sweep_goes_through_the_whole_machinery(tmp_path):
 
 @pytest.mark.integration
 def test_the_scaling_script_measures_every_contestant(tmp_path):
-    """benchmarks/scaling.py end to end on 3 trials: tuner and Optuna (Ray Tune's child is
+    """benchmarks/studies/scaling.py end to end on 3 trials: tuner and Optuna (Ray Tune's child is
     the same harness); the figures must add up, whatever their values."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, str(REPO / "benchmarks" / "scaling.py"), "--trials", "3", "--epoch-s", "0.02"]
+    command = [
+        sys.executable,
+        str(REPO / "benchmarks" / "studies" / "scaling.py"),
+        "--trials",
+        "3",
+        "--epoch-s",
+        "0.02",
+    ]
     command += ["--only", "tuner", "--only", "optuna", "--out", str(tmp_path / "out")]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

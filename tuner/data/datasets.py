@@ -282,7 +282,7 @@ class StreamingData:
 
 # Decoding is spread over the cluster with Ray Data when it would take longer than this in
 # the driver: Ray Data's first run costs about 6 s of worker start-up and imports, and on
-# small images its per-block overhead exceeds the decoding (benchmarks/data_paths.py).
+# small images its per-block overhead exceeds the decoding (benchmarks/studies/data_paths.py).
 PARALLEL_DECODE_ABOVE_S = 20.0
 
 

@@ -1,7 +1,7 @@
 """``searcher: auto``: a searcher, and a scheduler unless the file names one, picked from
 the space, the budget and the epochs; the reason is printed when the sweep starts.
 
-The rules, and what benchmarks/search_quality.py measured of them (benchmarks/README.md):
+The rules, and what benchmarks/studies/search_quality.py measured of them (benchmarks/README.md):
 
 - a scheduler named in the file that needs a searcher of its own: BOHB's searcher with
   the bohb scheduler, random search with pbt or pb2 (they explore by themselves);

@@ -43,7 +43,7 @@ class HyperBand(HyperBandScheduler):
 class BohbHyperBand(HyperBandForBOHB):
     # Tune's own calls itself again with allow_recurse=False once a bracket is processed with
     # no trial running (without the keyword here, that sweep failed: seen in
-    # benchmarks/search_quality.py on Branin, 108 trials).
+    # benchmarks/studies/search_quality.py on Branin, 108 trials).
     def choose_trial_to_run(self, tune_controller: Any, allow_recurse: bool = True) -> Trial | None:
         stop_let_go(self, tune_controller)
         return super().choose_trial_to_run(tune_controller, allow_recurse=allow_recurse)

@@ -3,7 +3,7 @@
 ``model: {name: synthetic, epoch_s: 0.05}`` runs a trial that, each epoch, sleeps
 ``epoch_s`` and reports a known noisy learning curve instead of training, so thousands
 of trials can go through Tune, the history, MLflow's nested runs, TensorBoard,
-checkpoints and the export on a laptop (benchmarks/scaling.py measures tuner's own cost
+checkpoints and the export on a laptop (benchmarks/studies/scaling.py measures tuner's own cost
 per trial and per result with it; the schedulers' behaviour at that scale is checked
 against it too).
 
