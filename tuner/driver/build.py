@@ -9,46 +9,17 @@ from typing import TYPE_CHECKING, Any
 from tuner.driver.plan import DRIVER_MEMORY
 from tuner.errors import TunerError
 from tuner.folder import remote
-from tuner.folder.store import SweepFolder
-from tuner.sweepfile.schema import SweepConfig
 
 if TYPE_CHECKING:
-    from tuner.trial.session import TrialHooks
-
-
-def own_loop(sweep: SweepConfig) -> Any:
-    """What runs each trial instead of tuner's loop, or None."""
-    if not sweep.own_loop:
-        return None
-    from tuner.trial.own import OwnLoop
-
-    return OwnLoop(
-        trainable=sweep.trainable,
-        command=tuple(sweep.command) if sweep.command else None,
-        metric=sweep.metric,
-        max_epochs=sweep.train.epochs,
-        uses_data=sweep.uses_data,
-    )
+    from tuner.driver.run import Run
 
 
 def build_tuner(
-    sweep: SweepConfig,
-    paths: SweepFolder,
-    data_ref: Any,
-    use_gpu: bool,
-    slots: int,
-    *,
-    restore: bool = False,
-    reporter: Any = None,
-    streamed: bool = False,
-    hooks: TrialHooks | None = None,
-    code: Any = None,
-    evaluated: list[Any] | None = None,
-    searcher_from: str | None = None,
+    run: Run, data_ref: Any, use_gpu: bool, slots: int, *, streamed: bool = False, reporter: Any = None
 ) -> Any:
-    """The ``tune.Tuner`` for a sweep, new or restored from ``paths.tune``; ``evaluated``: a warm
-    start's trials (``tuner.search.base.Evaluated``), told to the searcher first;
-    ``searcher_from``: the Tune experiment whose searcher state a ``tuner extend`` goes on from."""
+    """The ``tune.Tuner`` for a run, new or restored from its folder's ``tune/``: ``data_ref``
+    the trials' data in Ray's object store, ``slots`` the trials that can run at once,
+    ``reporter`` tuner's progress view (None: Ray's own, ``--verbose``)."""
     from ray import tune
 
     from tuner.driver import earlier
@@ -60,26 +31,15 @@ def build_tuner(
     from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver
     from tuner.trial.session import TrialHooks
 
-    setup = TrialSetup(
-        model_name=sweep.model.name,
-        model_defaults=sweep.model.model_dump(exclude={"name"}),
-        train_defaults=sweep.train.model_dump(),
-        workers=sweep.scaling.workers,
+    sweep, paths, restore = run.sweep, run.folder, run.resume
+    setup = TrialSetup.of(
+        sweep,
         use_gpu=use_gpu,
-        cpus_per_worker=sweep.scaling.cpus_per_worker,
-        gpus_per_worker=sweep.scaling.gpus_per_worker,
         train_dir=paths.train_storage,
-        seed=sweep.seed,
-        direct=sweep.scaling.direct,
-        hooks=hooks or TrialHooks(),
-        augment=tuple(sweep.data.augment),
-        crop_padding=sweep.data.crop_padding,
+        hooks=run.hooks or TrialHooks(),
         streamed=streamed,
-        own=own_loop(sweep),
-        code=code,
+        code=run.code,
         trials_dir=None if paths.remote else str(paths.tune),
-        measure_latency="latency_ms" in (sweep.metric, *(o.metric for o in sweep.objectives)),
-        collective_timeout_s=stall if isinstance(stall := sweep.trials.stall_timeout_s, (int, float)) else None,
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
@@ -121,15 +81,15 @@ def build_tuner(
         cpus_kept_free=streamed,
         draw=paths.part - 1,  # an extension's random points are new ones
     )
-    if searcher_from is not None:
+    if run.searcher_from is not None:
         from ray.tune.search import Searcher
 
         if isinstance(search_alg, Searcher):  # model-based: its model, trials and random state as saved
-            search_alg.restore_from_dir(searcher_from)
-    if evaluated:
+            search_alg.restore_from_dir(run.searcher_from)
+    if run.evaluated:
         from tuner.driver.progress import show
 
-        told, outside = sweep.searcher.tell_earlier(search_alg, evaluated)
+        told, outside = sweep.searcher.tell_earlier(search_alg, run.evaluated)
         show(
             f"  warm start: {told} trial(s) of {sweep.searcher.warm_start} told to the searcher"
             + (f" ({outside} outside this space left out)" if outside else "")

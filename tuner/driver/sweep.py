@@ -28,13 +28,13 @@ from tuner.driver.build import build_tuner
 from tuner.driver.inputs import check_model, load_data, ready_data
 from tuner.driver.plan import concurrent_trials, decide_gpu, describe, earlier_run_note, stream_cpus
 from tuner.driver.progress import show
+from tuner.driver.run import Mode, Run
 from tuner.driver.signals import SweepInterrupted, ray_output, stop_cleanly_on_ctrl_c
 from tuner.driver.warm_start import earlier_trials
 from tuner.errors import TunerError
 from tuner.folder import records, remote, store
 from tuner.folder.store import SweepFolder, SweepLock, release_unused, write_atomic
 from tuner.invocation import tuner_command
-from tuner.search.base import Evaluated
 from tuner.search.registry import SCHEDULERS
 from tuner.sweepfile.schema import SweepConfig
 
@@ -85,8 +85,8 @@ def run_sweep(
     A new sweep never writes into an existing folder: it claims ``<name>``, else
     ``<name>-2``, ... The folder is locked for as long as this process writes to it.
     """
-    resume = paths is not None and extension is None
-    evaluated = None
+    mode: Mode = "new" if paths is None else "resume" if extension is None else "extend"
+    evaluated = code = data = None
     if paths is None:
         if sweep.tracking.mlflow.enabled:
             from tuner.tracking.mlflow_runs import tracking_uri
@@ -100,14 +100,14 @@ def run_sweep(
     mirror = None
     try:
         with SweepLock(paths), remote.mirrored(paths.root, paths.remote) as mirror:
-            if resume:
+            if mode == "resume":
                 _check_resumable(sweep, paths)  # before any work: a folder in use or corrupt is refused
                 finished = _finished(sweep, paths)
                 if finished is not None:  # nothing to resume: said without starting Ray
                     return finished
                 data = load_data(sweep)
                 code = own_code.kept(sweep, paths)  # the code the sweep began with
-            elif extension is not None:
+            elif mode == "extend":
                 _check_extendable(sweep, paths)
                 data = load_data(sweep)
                 code = own_code.kept(sweep, paths)
@@ -115,20 +115,10 @@ def run_sweep(
             else:
                 save_resolved_config(sweep, paths)
                 own_code.keep(code, paths)
-            return _fit_and_export(
-                sweep,
-                paths,
-                data,
-                address=address,
-                verbose=verbose,
-                resume=resume,
-                cluster_timeout_s=cluster_timeout_s,
-                hooks=hooks,
-                code=code,
-                evaluated=evaluated,
-            )
+            run = Run(sweep, paths, mode, data, code, hooks, evaluated, address, verbose, cluster_timeout_s)
+            return _fit_and_export(run)
     except BaseException:
-        if not resume and extension is None:
+        if mode == "new":
             release_unused(paths)  # only if nothing but its config was written
             if paths.remote:
                 remote.release_unused(paths.remote)
@@ -207,39 +197,17 @@ def _check_resumable(sweep: SweepConfig, paths: SweepFolder) -> None:
     analysis(sweep, paths)
 
 
-def _fit_and_export(
-    sweep: SweepConfig,
-    paths: SweepFolder,
-    data: Any,
-    *,
-    address: str | None,
-    verbose: bool,
-    resume: bool,
-    cluster_timeout_s: float,
-    hooks: TrialHooks | None,
-    code: Any = None,
-    evaluated: list[Evaluated] | None = None,
-) -> SweepOutcome:
+def _fit_and_export(run: Run) -> SweepOutcome:
     """Start or join Ray, fit, export; a write the machine refused ends it in one line."""
     import ray
 
-    started_ray = start_ray(address, verbose=verbose)
+    paths = run.folder
+    started_ray = start_ray(run.address, verbose=run.verbose)
     try:
         with store.noting_failed_writes():
             try:
                 with store.writing_records_to(paths):
-                    return _run(
-                        sweep,
-                        paths,
-                        data,
-                        resume=resume,
-                        verbose=verbose,
-                        cluster_timeout_s=cluster_timeout_s,
-                        address=address,
-                        hooks=hooks,
-                        code=code,
-                        evaluated=evaluated,
-                    )
+                    return _run(run)
             except Exception as error:
                 failure = store.failed_write(error, paths.root)
                 if failure is None:
@@ -278,28 +246,17 @@ def _reporter(sweep: SweepConfig, paths: SweepFolder) -> Any:
     return Reporter(progress)
 
 
-def _run(
-    sweep: SweepConfig,
-    paths: SweepFolder,
-    data: Any,
-    *,
-    resume: bool,
-    verbose: bool = False,
-    cluster_timeout_s: float = CLUSTER_TIMEOUT_S,
-    address: str | None = None,
-    hooks: TrialHooks | None = None,
-    code: Any = None,
-    evaluated: list[Evaluated] | None = None,
-) -> SweepOutcome:
+def _run(run: Run) -> SweepOutcome:
+    sweep, paths, resume, verbose = run.sweep, run.folder, run.resume, run.verbose
     import ray
 
     from tuner.results.export_own import exporter
     from tuner.tracking import mlflow_runs as tracking
 
-    check_shared_storage(paths, cluster_timeout_s)
+    check_shared_storage(paths, run.cluster_timeout_s)
     cluster = ray.cluster_resources()
     use_gpu = decide_gpu(sweep, cluster)
-    planned = data
+    planned = run.data
     data, held = ready_data(sweep, planned, paths, resume, verbose) if planned is not None else (None, "")
     streamed = data is not None and not isinstance(data, TrainingData)
     data_cpus = stream_cpus(cluster) if streamed else 0
@@ -316,35 +273,21 @@ def _run(
         held += f"; {data_cpus} CPU(s) kept free of trials for its tasks"
     # A reader gone away (``| head``) does not stop the sweep: show() goes quiet instead.
     show(describe(sweep, slots, use_gpu, data, paths, held))
-    if paths.part > 1 and not resume:
+    if run.mode == "extend":
         show(
             f"  extend: {sweep.total_trials} more trial(s) in {paths.tune.name}/, the searcher going on from "
             f"{paths.parts()[-2].tune.name}/"
         )
-    for line in [] if resume or paths.part > 1 else earlier_run_note(sweep, paths):  # not when extending
+    for line in earlier_run_note(sweep, paths) if run.mode == "new" else []:
         show(line)
     if resume and sweep.tracking.mlflow.enabled and (elsewhere := _records_elsewhere(sweep, paths)):
         show(elsewhere)
     data_ref = ray.put(data) if data is not None else None
     reporter = _reporter(sweep, paths)
-    tuner = build_tuner(
-        sweep,
-        paths,
-        data_ref,
-        use_gpu,
-        slots,
-        restore=resume,
-        reporter=None if verbose else reporter,
-        streamed=streamed,
-        hooks=hooks,
-        code=code,
-        evaluated=evaluated,
-        # an extension's searcher goes on from what the last part's had learned
-        searcher_from=paths.parts()[-2].tune_uri if paths.part > 1 and not resume else None,
-    )
+    tuner = build_tuner(run, data_ref, use_gpu, slots, streamed=streamed, reporter=None if verbose else reporter)
     # The report's slot count; only once the sweep (or its restore) is built: a refused
     # resume writes nothing.
-    records.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume, **joined(address))
+    records.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume, **joined(run.address))
     if getattr(planned, "record", None):  # a user's own data: what the export and a resume build on
         records.write_data_description(store.current(paths), planned.record)
     with (

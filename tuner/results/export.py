@@ -183,17 +183,7 @@ def export_best(
     to = Path(to or paths.best)
     check_destination(to, overwrite=overwrite)
     best, checkpoint, val_metrics = best_trial_checkpoint(results, paths, sweep)
-    setup = TrialSetup(
-        model_name=sweep.model.name,
-        model_defaults=sweep.model.model_dump(exclude={"name"}),
-        train_defaults=sweep.train.model_dump(),
-        workers=1,
-        use_gpu=False,
-        cpus_per_worker=1,
-        gpus_per_worker=0,
-        train_dir="",
-        seed=sweep.seed,
-    )
+    setup = TrialSetup.of(sweep)
     sampled = {k: _plain(v) for k, v in best.config.items()}
     train, model_options = resolve_hyperparameters(setup, sampled)
     model_name = model_of(setup, sampled)  # a choice of models: the best trial's

@@ -76,6 +76,40 @@ class TrialSetup:
     # (torch.distributed's timeout) before it raises; None: Ray Train's own (30 min)
     collective_timeout_s: float | None = None
 
+    @classmethod
+    def of(cls, sweep: Any, *, use_gpu: bool = False, train_dir: str = "", **run: Any) -> TrialSetup:
+        """The settings a sweep file gives every trial (``sweep``: a SweepConfig); ``run``: what
+        the run adds (hooks, streamed, code, trials_dir). The one place a setting the trial
+        reads goes from the file to the trial."""
+        own = None
+        if sweep.own_loop:
+            own = OwnLoop(
+                trainable=sweep.trainable,
+                command=tuple(sweep.command) if sweep.command else None,
+                metric=sweep.metric,
+                max_epochs=sweep.train.epochs,
+                uses_data=sweep.uses_data,
+            )
+        stall = sweep.trials.stall_timeout_s
+        return cls(
+            model_name=sweep.model.name,
+            model_defaults=sweep.model.model_dump(exclude={"name"}),
+            train_defaults=sweep.train.model_dump(),
+            workers=sweep.scaling.workers,
+            use_gpu=use_gpu,
+            cpus_per_worker=sweep.scaling.cpus_per_worker,
+            gpus_per_worker=sweep.scaling.gpus_per_worker,
+            train_dir=train_dir,
+            seed=sweep.seed,
+            direct=sweep.scaling.direct,
+            augment=tuple(sweep.data.augment),
+            crop_padding=sweep.data.crop_padding,
+            own=own,
+            measure_latency="latency_ms" in (sweep.metric, *(o.metric for o in sweep.objectives)),
+            collective_timeout_s=stall if isinstance(stall, (int, float)) else None,
+            **run,
+        )
+
 
 # A trial's CPUs are reserved by Tune, one bundle per worker in the trial's placement
 # group, so that Tune's own scheduling decides how many trials run (and HyperBand can
