@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.data import spark
+from tuner.data import spark, spark_preparation, spark_session
 from tuner.errors import ConfigError, TunerError
 from tuner.sweepfile.load import load_sweep
 
@@ -60,7 +60,7 @@ def test_a_bad_spark_section_is_one_line_naming_the_field(tmp_path, data, said):
     ],
 )
 def test_the_java_version_is_read_as_java_prints_it(text, major):
-    assert spark.java_major(text) == major
+    assert spark_session.java_major(text) == major
 
 
 def _fake_java(folder: Path, version: str) -> Path:
@@ -75,7 +75,7 @@ def test_a_java_spark_does_not_run_on_is_refused_saying_what_to_install(tmp_path
     pytest.importorskip("raydp", reason="the spark extra")
     monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path / "jdk21" / "bin", "21").parent))
     with pytest.raises(TunerError) as refused:
-        spark.check_environment()
+        spark_session.check_environment()
     said = str(refused.value)
     assert "Spark 3.5 runs on Java 8, 11, 17" in said and "is Java 21" in said and "openjdk-17" in said
 
@@ -85,7 +85,7 @@ def test_no_java_at_all_is_refused_saying_what_to_install(tmp_path, monkeypatch)
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing named java there
     with pytest.raises(TunerError) as refused:
-        spark.check_environment()
+        spark_session.check_environment()
     assert "none found" in str(refused.value) and "openjdk-17" in str(refused.value)
 
 
@@ -93,12 +93,12 @@ def test_java_17_gets_its_module_flags_on_every_java_spark_starts():
     class Session:
         configs = {"spark.executor.extraJavaOptions": "-Xss4m", "spark.sql.shuffle.partitions": "4"}
 
-    configs = spark.spark_configs(Session(), 17)
-    for key in spark.JAVA_OPTION_KEYS:
+    configs = spark_session.spark_configs(Session(), 17)
+    for key in spark_session.JAVA_OPTION_KEYS:
         assert "--add-opens=java.base/java.nio=ALL-UNNAMED" in configs[key]
     assert configs["spark.executor.extraJavaOptions"].endswith("-Xss4m")  # the file's own kept
     assert configs["spark.sql.shuffle.partitions"] == "4"
-    assert "spark.driver.extraJavaOptions" not in spark.spark_configs(Session(), 11)
+    assert "spark.driver.extraJavaOptions" not in spark_session.spark_configs(Session(), 11)
 
 
 def test_a_missing_local_input_is_refused_before_ray_starts(tmp_path):
@@ -121,7 +121,7 @@ def test_a_function_that_cannot_be_imported_is_refused_before_ray_starts(tmp_pat
     with pytest.raises(TunerError) as refused:
         spark.SparkData(sweep.data, seed=0)
     assert "data.spark.function: prep has no function 'missing'" in str(refused.value)
-    assert callable(spark.function_of("prep:tidy"))
+    assert callable(spark_session.function_of("prep:tidy"))
 
 
 def test_the_input_format_comes_from_its_name_unless_given():
@@ -129,10 +129,10 @@ def test_the_input_format_comes_from_its_name_unless_given():
         def __init__(self, input: str, format: str = "auto") -> None:
             self.input, self.format = input, format
 
-    assert spark.input_format(Config("a/b.csv")) == "csv"
-    assert spark.input_format(Config("a/b.jsonl")) == "json"
-    assert spark.input_format(Config("s3://bucket/table/")) == "parquet"
-    assert spark.input_format(Config("a/pictures", "images")) == "images"
+    assert spark_preparation.input_format(Config("a/b.csv")) == "csv"
+    assert spark_preparation.input_format(Config("a/b.jsonl")) == "json"
+    assert spark_preparation.input_format(Config("s3://bucket/table/")) == "parquet"
+    assert spark_preparation.input_format(Config("a/pictures", "images")) == "images"
 
 
 # --- what a preparation keeps (no Spark: the folder's two forms, written by hand) ----------------

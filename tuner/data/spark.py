@@ -3,533 +3,42 @@ prepares the data; the trials get it through Ray Data, as they get a user's own 
 
 The steps, in the driver, once Ray runs (Spark needs it):
 
-1. ``check_environment`` (before Ray starts): pyspark and raydp installed (the ``spark``
-   extra), a Java that Spark 3.5 runs on (8, 11 or 17), the user's function importable.
-2. ``session``: ``raydp.init_spark`` within ``data.spark.session.start_timeout_s``, with
-   the module flags Java 17 needs on the driver, the executors *and* RayDP's app master
+1. ``spark_session.check_environment`` (before Ray starts): pyspark and raydp installed
+   (the ``spark`` extra), a Java that Spark 3.5 runs on (8, 11 or 17), the user's function
+   importable.
+2. ``spark_session.session``: ``raydp.init_spark`` within ``data.spark.session.start_timeout_s``,
+   with the module flags Java 17 needs on the driver, the executors *and* RayDP's app master
    (without them a Java worker dies and Spark hangs instead of failing).
-3. ``prepare``: read the input, the user's function, select and decode the image and
-   label columns, split (a column, or seeded fractions), per-channel statistics fitted
-   on the training split only.
-4. The hand-over: each split to Ray Data (RayDP's ``from_spark``), then uint8 arrays in
-   memory, kept in tuner's cache for the export and the next sweep on the same input;
-   Spark is stopped before the trials start, so its executors hold no CPU they need.
+3. ``spark_preparation.prepare``: read the input, the user's function, select and decode the
+   image and label columns, split (a column, or seeded fractions), per-channel statistics
+   fitted on the training split only.
+4. The hand-over, here (``SparkData``): each split to Ray Data (RayDP's ``from_spark``), then
+   uint8 arrays in memory, kept in tuner's cache for the export and the next sweep on the
+   same input; Spark is stopped before the trials start, so its executors hold no CPU they need.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
-import re
 import shutil
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from tuner.data.spark_preparation import (
+    channel_statistics,
+    images_of,
+    prepare,
+    spark_reason,
+    stream_split,
+    to_arrays,
+    to_parquet,
+)
+from tuner.data.spark_session import check_environment, function_of, java_output_to, session
 from tuner.errors import TunerError
 
-# Spark 3.5 runs on these Javas (its docs); RayDP's jars are built for 8 and later.
-JAVA_VERSIONS = (8, 11, 17)
-# What Spark's own launcher adds for Java 17 (JavaModuleOptions), and RayDP's examples pass
-# to the driver, the executors and the app master alike.
-JAVA_17_OPTIONS = " ".join(
-    ["-XX:+IgnoreUnrecognizedVMOptions", "-Djdk.reflect.useDirectMethodHandle=false"]
-    + [
-        f"--add-opens=java.base/{package}=ALL-UNNAMED"
-        for package in (
-            "java.lang",
-            "java.lang.invoke",
-            "java.lang.reflect",
-            "java.io",
-            "java.net",
-            "java.nio",
-            "java.math",
-            "java.text",
-            "java.util",
-            "java.util.concurrent",
-            "java.util.concurrent.atomic",
-            "jdk.internal.ref",
-            "sun.nio.ch",
-            "sun.nio.cs",
-            "sun.security.action",
-            "sun.util.calendar",
-        )
-    ]
-)
-JAVA_OPTION_KEYS = (
-    "spark.driver.extraJavaOptions",
-    "spark.executor.extraJavaOptions",
-    "spark.ray.raydp_app_master.extraJavaOptions",
-)
-INSTALL_JAVA = "install Java 17, e.g. apt-get install openjdk-17-jre-headless, or set JAVA_HOME to one"
-
-
-def java_command() -> str | None:
-    """The java Spark will start: $JAVA_HOME's, else the first on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
-        return os.path.join(home, "bin", "java")
-    return shutil.which("java")
-
-
-def java_major(version_text: str) -> int | None:
-    """The major version in ``java -version``'s output: 'version "1.8.0_392"' -> 8, '"17.0.15"' -> 17."""
-    found = re.search(r'version "(\d+)(?:\.(\d+))?', version_text)
-    if not found:
-        return None
-    major = int(found.group(1))
-    return int(found.group(2) or 0) if major == 1 else major
-
-
-def check_environment(field: str = "data.dataset") -> int:
-    """Before Ray starts: the extra installed and a Java Spark runs on; its major version."""
-    missing = [name for name in ("pyspark", "raydp") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise TunerError(
-            f"{field}: 'spark' needs {' and '.join(missing)}, which are not installed; "
-            f"pip install 'tuner[spark]' (raydp and a pyspark it supports)"
-        )
-    java = java_command()
-    if java is None:
-        raise TunerError(
-            f"{field}: 'spark' needs Java {', '.join(map(str, JAVA_VERSIONS))}; none found; {INSTALL_JAVA}"
-        )
-    try:
-        said = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise TunerError(f"{field}: 'spark' needs Java, but {java} -version failed ({error}); {INSTALL_JAVA}") from None
-    major = java_major(said.stderr + said.stdout)
-    if major not in JAVA_VERSIONS:
-        found = f"Java {major}" if major else "a Java whose version it could not read"
-        raise TunerError(
-            f"{field}: Spark 3.5 runs on Java {', '.join(map(str, JAVA_VERSIONS))}, but {java} is {found}; "
-            f"{INSTALL_JAVA}"
-        )
-    return major
-
-
-def function_of(spec: str, field: str = "data.spark.function") -> Any:
-    """``module:function`` imported (from the working folder too), or one line saying why not."""
-    module_name, _, name = spec.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # noqa: BLE001 - the user's module: any import error, as one line
-        raise TunerError(f"{field}: cannot import {module_name!r} ({type(error).__name__}: {error})") from None
-    function = getattr(module, name, None)
-    if not callable(function):
-        raise TunerError(f"{field}: {module_name} has no function {name!r}, but got {spec!r}")
-    return function
-
-
-def spark_configs(session: Any, java_major_version: int) -> dict[str, str]:
-    """The file's configs, with Java 17's flags added to each Java option the file sets or not."""
-    configs = {"spark.python.worker.reuse": "true", "spark.ui.showConsoleProgress": "false", **session.configs}
-    configs.setdefault("spark.pyspark.python", sys.executable)  # the executors' Python UDFs: this venv's
-    if java_major_version >= 17:
-        for key in JAVA_OPTION_KEYS:
-            configs[key] = f"{JAVA_17_OPTIONS} {configs.get(key, '')}".strip()
-    return configs
-
-
-@contextlib.contextmanager
-def _java_output_to(log: str | None) -> Iterator[None]:
-    """While Spark's JVMs start and work, this process's stdout and stderr go to ``log``:
-    the JVMs inherit them (log4j writes to both), and their lines go there, not between
-    tuner's (None: left as they are)."""
-    if log is None:
-        yield
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = {fd: os.dup(fd) for fd in (1, 2)}
-    with open(log, "ab") as file:
-        for fd in saved:
-            os.dup2(file.fileno(), fd)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, copy in saved.items():
-            os.dup2(copy, fd)
-            os.close(copy)
-
-
-@contextlib.contextmanager
-def session(config: Any, app_name: str, java_major_version: int, log: str | None = None) -> Iterator[Any]:
-    """A Spark session on the running Ray, up within ``start_timeout_s`` (else one line and
-    nothing left running); stopped on the way out. ``log``: where the JVMs' output goes."""
-    import raydp
-
-    spec = config.session
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    started: dict[str, Any] = {}
-
-    def start() -> None:
-        try:
-            started["spark"] = raydp.init_spark(
-                app_name,
-                spec.executors,
-                spec.executor_cores,
-                spec.executor_memory,
-                configs=spark_configs(spec, java_major_version),
-            )
-        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
-            started["error"] = error
-
-    deadline = time.monotonic() + spec.start_timeout_s
-    with _java_output_to(log):
-        thread = threading.Thread(target=start, name="tuner-spark-start", daemon=True)
-        thread.start()
-        thread.join(spec.start_timeout_s)
-    # init_spark returns before the executors are up, and a job then waits for them for
-    # ever (one asking for more memory than a node has is never placed): wait here, within
-    # the same limit.
-    while "spark" in started and _executors(started["spark"]) < spec.executors:
-        if time.monotonic() > deadline:
-            with _java_output_to(log), contextlib.suppress(Exception):
-                raydp.stop_spark()
-            started.pop("spark")
-            break
-        time.sleep(0.5)
-    if "spark" in started and log is not None:
-        with _java_output_to(log):  # log4j says its reconfiguration on the JVM's stderr
-            started["spark"].sparkContext.setLogLevel("ERROR")
-    if "spark" not in started:
-        # No stop_spark here: a failed init_spark has stopped what it began, and one still
-        # starting holds RayDP's lock, which RayDP's own exit hook would wait on for ever.
-        # What it started is this driver's: it goes when Ray does.
-        import atexit
-
-        from raydp import context
-
-        atexit.unregister(context.stop_spark)
-        if "error" in started:
-            error = started["error"]
-            reason = str(error).strip().splitlines()[-1] if str(error).strip() else ""
-            where = f"; its output: {log}" if log else ""
-            raise TunerError(
-                f"data.spark.session: Spark did not start ({type(error).__name__}: {reason}){where}"
-            ) from None
-        raise TunerError(
-            f"data.spark.session.start_timeout_s: Spark was not up after {spec.start_timeout_s:g} s "
-            f"({spec.executors} executor(s) of {spec.executor_cores} core(s), {spec.executor_memory}); "
-            "a cluster without the CPUs or memory they ask for, or a Java that cannot start"
-            + (f"; its output: {log}" if log else "")
-        )
-    try:
-        yield started["spark"]
-    finally:
-        with _java_output_to(log), contextlib.suppress(Exception):
-            raydp.stop_spark()
-
-
-def _executors(spark: Any) -> int:
-    """Executors registered with the session's driver (the driver itself not counted)."""
-    try:
-        return int(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()) - 1
-    except Exception:  # noqa: BLE001 - a session going away: none
-        return 0
-
-
-# --- preparation ---------------------------------------------------------------------------------
-SPLIT_NAMES = ("train", "val", "test")
-
-
-def input_format(config: Any) -> str:
-    """``data.spark.format``, or from the input's name: .csv, .json/.jsonl, else Parquet."""
-    if config.format != "auto":
-        return config.format
-    name = config.input.rstrip("/").lower()
-    if name.endswith(".csv"):
-        return "csv"
-    if name.endswith((".json", ".jsonl")):
-        return "json"
-    return "parquet"
-
-
-def read(spark: Any, config: Any) -> Any:
-    """The input as a DataFrame; ``images``: Spark's binary files, labelled by their folder
-    (``DIR/<split>/<class>/*`` or ``DIR/<class>/*``, as an image folder is laid out)."""
-    from pyspark.sql import functions as F  # noqa: N812 - Spark's own spelling
-
-    kind = input_format(config)
-    try:
-        if kind == "images":
-            frame = spark.read.format("binaryFile").options(recursiveFileLookup="true", **config.options)
-            frame = frame.load(config.input)
-            parts = F.split(F.col("path"), "/")
-            frame = frame.select(
-                F.col("content").alias(config.image_column),
-                F.element_at(parts, -2).alias(config.label_column),
-                F.element_at(parts, -3).alias("_folder"),
-            )
-            if config.split_column:
-                frame = frame.withColumnRenamed("_folder", config.split_column)
-            else:
-                frame = frame.drop("_folder")
-            return frame
-        return spark.read.format(kind).options(**config.options).load(config.input)
-    except Exception as error:  # noqa: BLE001 - Spark's AnalysisException: a missing path, a bad file
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise TunerError(f"data.spark.input: Spark cannot read {config.input!r} as {kind} ({reason})") from None
-
-
-def _pixels_udf(size: int, channels: int) -> Any:
-    """A Spark pandas UDF: each value (PNG/JPEG bytes, or pixel values in [C, H, W] order)
-    to ``channels x size x size`` uint8 bytes. Defined here, pickled by value: an executor
-    needs numpy and Pillow, not tuner."""
-    import pandas as pd
-    from pyspark.sql.functions import pandas_udf
-
-    def one(value: Any) -> bytes:
-        import io
-
-        import numpy as np
-        from PIL import Image
-
-        if isinstance(value, (bytes, bytearray)):
-            try:
-                with Image.open(io.BytesIO(value)) as image:
-                    image = image.convert("L" if channels == 1 else "RGB")
-                    if image.size != (size, size):
-                        image = image.resize((size, size), Image.Resampling.BILINEAR)
-                    array = np.asarray(image, dtype=np.uint8)
-            except Exception as error:  # noqa: BLE001 - Pillow's many errors, as one line
-                raise ValueError(
-                    f"tuner-spark: an image Pillow cannot read ({type(error).__name__}: {error})"
-                ) from None
-            return (array[None] if channels == 1 else array.transpose(2, 0, 1)).tobytes()
-        array = np.asarray(value, dtype=np.float64)
-        if array.size != channels * size * size:
-            raise ValueError(
-                f"tuner-spark: {array.size} pixel values in a row; data.channels x image_size^2 is "
-                f"{channels * size * size}"
-            )
-        if array.min() < 0 or array.max() > 255:
-            raise ValueError(f"tuner-spark: pixel values from {array.min():g} to {array.max():g}; they must be 0-255")
-        return np.rint(array).astype(np.uint8).tobytes()
-
-    def pixels(values):  # noqa: ANN001, ANN202 - typed below: pyspark reads real classes, not strings
-        return values.map(one)
-
-    pixels.__annotations__ = {"values": pd.Series, "return": pd.Series}
-    return pandas_udf(pixels, "binary")
-
-
-def _spark_reason(error: BaseException) -> str:
-    """The line that says what went wrong in an executor's Python (ours start 'tuner-spark: ')."""
-    text = str(error)
-    ours = re.findall(r"tuner-spark: ([^\n]+)", text)
-    if ours:
-        return ours[-1].strip()
-    python = re.findall(r"\n(\w+(?:Error|Exception): [^\n]+)", text)
-    if python:
-        return python[-1].strip()
-    return (text.strip().splitlines() or [type(error).__name__])[0][:300]
-
-
-def prepare(spark: Any, config: Any, data: Any, seed: int) -> dict[str, Any]:
-    """The prepared splits as DataFrames of ``image`` (uint8 bytes, [C, H, W]) and ``label``
-    (class index), with the classes and the training split's per-channel statistics."""
-    from pyspark.sql import functions as F  # noqa: N812
-
-    frame = read(spark, config)
-    if config.function:
-        function = function_of(config.function)
-        try:
-            frame = function(spark, frame)
-        except Exception as error:  # noqa: BLE001 - the user's function, as one line
-            raise TunerError(
-                f"data.spark.function: {config.function} raised {type(error).__name__}: {_spark_reason(error)}"
-            ) from None
-        if not hasattr(frame, "columns") or not hasattr(frame, "select"):
-            raise TunerError(
-                f"data.spark.function: {config.function} must return a Spark DataFrame, but returned "
-                f"{type(frame).__name__}"
-            )
-    columns = list(frame.columns)
-    if config.label_column not in columns:
-        raise TunerError(
-            f"data.spark.label_column: no column {config.label_column!r} in the prepared data "
-            f"(columns: {', '.join(columns)})"
-        )
-    if config.pixel_columns:
-        pixel_columns = [c for c in columns if c.startswith(config.pixel_columns)]
-        if not pixel_columns:
-            raise TunerError(f"data.spark.pixel_columns: no column starts with {config.pixel_columns!r}")
-        source = F.array(*[F.col(c) for c in pixel_columns])
-    elif config.image_column in columns:
-        source = F.col(config.image_column)
-    else:
-        raise TunerError(
-            f"data.spark.image_column: no column {config.image_column!r} in the prepared data "
-            f"(columns: {', '.join(columns)}); or name numeric pixel columns with data.spark.pixel_columns"
-        )
-    classes, index = _classes(frame, config)
-    split = F.col(config.split_column) if config.split_column else None
-    prepared = frame.select(
-        _pixels_udf(data.image_size, data.channels)(source).alias("image"),
-        index.alias("label"),
-        *([split.alias("_split")] if split is not None else []),
-    )
-    # Decoded once: the statistics, the row count and each split's hand-over read it again
-    # (kept in the executors' memory, spilled to their disk when it does not fit).
-    splits = _split(prepared.persist(), config, data, seed)
-    if data.train_subset is not None:
-        splits["train"] = splits["train"].orderBy(F.rand(seed)).limit(data.train_subset)
-    return {"splits": splits, "classes": classes}
-
-
-def _classes(frame: Any, config: Any) -> tuple[list[str], Any]:
-    """The classes (sorted strings, or 0..max for integers) and a column of class indices."""
-    from pyspark.sql import functions as F  # noqa: N812
-
-    label = config.label_column
-    kind = dict(frame.dtypes)[label]
-    found = [row[0] for row in frame.select(label).distinct().collect()]
-    if any(value is None for value in found):
-        raise TunerError(f"data.spark.label_column: {label!r} has empty values")
-    if kind in ("tinyint", "smallint", "int", "bigint"):
-        if min(found) < 0:
-            raise TunerError(f"data.spark.label_column: {label!r} has a negative class, {min(found)}")
-        return [str(k) for k in range(max(found) + 1)], F.col(label).cast("long")
-    if kind == "string":
-        names = sorted(found)
-        mapping = F.create_map(*[item for i, name in enumerate(names) for item in (F.lit(name), F.lit(i))])
-        return names, mapping[F.col(label)].cast("long")
-    raise TunerError(f"data.spark.label_column: {label!r} is {kind}; it must hold integers or strings")
-
-
-def _split(prepared: Any, config: Any, data: Any, seed: int) -> dict[str, Any]:
-    from pyspark.sql import functions as F  # noqa: N812
-
-    if config.split_column:
-        values = {row[0] for row in prepared.select("_split").distinct().collect()}
-        unknown = sorted(str(v) for v in values - set(SPLIT_NAMES))
-        if unknown or "train" not in values:
-            raise TunerError(
-                f"data.spark.split_column: {config.split_column!r} holds train, val and test (train at least), "
-                f"but got {', '.join(sorted(map(str, values)))}"
-            )
-        splits = {
-            name: prepared.where(F.col("_split") == name).drop("_split") for name in SPLIT_NAMES if name in values
-        }
-        if "val" not in splits:  # held out of train, as an image folder without val/ is
-            train, val = splits["train"].randomSplit([1 - data.val_fraction, data.val_fraction], seed)
-            splits.update(train=train, val=val)
-        return splits
-    test = config.test_fraction
-    weights = [1 - data.val_fraction - test, data.val_fraction] + ([test] if test else [])
-    if weights[0] <= 0:
-        raise TunerError(
-            f"data.spark.test_fraction: with data.val_fraction {data.val_fraction:g}, nothing is left to train on"
-        )
-    parts = prepared.randomSplit(weights, seed)
-    return dict(zip(SPLIT_NAMES, parts, strict=False))
-
-
-def channel_statistics(train: Any, channels: int, size: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Mean and std per channel on the 0-1 scale, fitted by Spark on the training split only
-    (a partial sum per partition, added up here)."""
-    import numpy as np
-
-    def partial(batches: Any) -> Any:
-        import numpy as np
-        import pandas as pd
-
-        for batch in batches:
-            if not len(batch):
-                continue
-            pixels = np.frombuffer(b"".join(batch["image"]), np.uint8).reshape(len(batch), channels, size * size)
-            scaled = pixels.astype(np.float64) / 255.0
-            yield pd.DataFrame(
-                {
-                    "count": [float(len(batch) * size * size)],
-                    "total": [scaled.sum(axis=(0, 2)).tolist()],
-                    "squares": [(scaled**2).sum(axis=(0, 2)).tolist()],
-                }
-            )
-
-    rows = train.mapInPandas(partial, "count double, total array<double>, squares array<double>").collect()
-    count = sum(row["count"] for row in rows)
-    if not count:
-        raise TunerError("data.spark: the training split is empty")
-    total = np.sum([row["total"] for row in rows], axis=0)
-    squares = np.sum([row["squares"] for row in rows], axis=0)
-    mean = total / count
-    std = np.sqrt(np.maximum(squares / count - mean**2, 1e-12))
-    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
-
-
-def to_arrays(frame: Any, channels: int, size: int) -> tuple[Any, Any]:
-    """A prepared split through Ray Data (RayDP's ``from_spark``) into uint8 images
-    ``[N, C, H, W]`` and int64 labels."""
-    import numpy as np
-
-    dataset = _from_spark(frame)
-    images, labels = [], []
-    for batch in dataset.iter_batches(batch_size=4096, batch_format="numpy"):
-        images.append(_images(batch["image"], channels, size))
-        labels.append(np.asarray(batch["label"], dtype=np.int64))
-    if not images:
-        return np.zeros((0, channels, size, size), np.uint8), np.zeros(0, np.int64)
-    return np.concatenate(images), np.concatenate(labels)
-
-
-def _from_spark(frame: Any) -> Any:
-    """RayDP's ``from_spark``, without the deprecation warning pyspark gives it (RayDP
-    1.6.5 reads ``DataFrame.sql_ctx``), which would break into tuner's output."""
-    import warnings
-
-    import ray.data
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="DataFrame.sql_ctx is an internal property")
-        return ray.data.from_spark(frame)
-
-
-def _images(column: Any, channels: int, size: int) -> Any:
-    """A column of raw pixel bytes (``prepare``'s ``image``) as uint8 ``[N, C, H, W]``."""
-    import numpy as np
-
-    return np.frombuffer(b"".join(column), np.uint8).reshape(-1, channels, size, size)
-
-
-def to_parquet(frame: Any, folder: Any) -> int:
-    """A prepared split through Ray Data (RayDP's ``from_spark``) into Parquet files of raw
-    pixel bytes and labels under ``folder``, for the trials to stream; its row count."""
-
-    dataset = _from_spark(frame)
-    dataset.write_parquet(str(folder))
-    return dataset.count()
-
-
-def _decoded(batch: dict[str, Any], channels: int, size: int) -> dict[str, Any]:
-    import numpy as np
-
-    return {"image": _images(batch["image"], channels, size), "label": np.asarray(batch["label"], dtype=np.int64)}
-
-
-def stream_split(folder: Any, channels: int, size: int, *, shuffle: bool) -> Any:
-    """A Ray Data pipeline over a split ``to_parquet`` wrote: read as it is used, in a new
-    file order each epoch when ``shuffle``; columns ``image`` (uint8 ``[C, H, W]``) and ``label``."""
-    import ray.data
-
-    dataset = ray.data.read_parquet(str(folder))
-    if shuffle:
-        dataset = dataset.randomize_block_order()
-    return dataset.map_batches(_decoded, fn_kwargs={"channels": channels, "size": size}, batch_format="numpy")
-
-
-# --- the plan the driver holds, and the prepared splits kept -------------------------------------
 SPARK_CACHE_FORMAT = 2  # 2: a prepared set is held in memory (.npy) or streamed (Parquet), meta.json says
 
 
@@ -699,7 +208,7 @@ class SparkData:
         spec = self.config.spark.session
         # Spark's JVMs, RayDP and Ray Data say much while they work (log4j, deprecations):
         # into the log too, not between tuner's lines; tuner's own errors are raised, said after.
-        with _java_output_to(log), contextlib.ExitStack() as stack:
+        with java_output_to(log), contextlib.ExitStack() as stack:
             spark = stack.enter_context(session(self.config.spark, app_name, self.java, log))
             prepared = prepare(spark, self.config.spark, self.config, self.seed)
             try:
@@ -707,7 +216,7 @@ class SparkData:
             except TunerError:
                 raise
             except Exception as error:  # noqa: BLE001 - a task that failed in an executor
-                raise TunerError(f"data.spark: preparing the data failed: {_spark_reason(error)}") from None
+                raise TunerError(f"data.spark: preparing the data failed: {spark_reason(error)}") from None
             if spec.keep:  # left running (RayDP stops it when the driver exits), its CPUs counted
                 stack.pop_all()
                 self.kept_cpus = spec.executors * spec.executor_cores
@@ -812,7 +321,7 @@ class SparkData:
             for batch in pq.ParquetFile(path).iter_batches(batch_size=2048, columns=["image", "label"]):
                 if left <= 0:
                     return
-                images = _images(
+                images = images_of(
                     batch.column("image").to_pylist()[: int(min(left, batch.num_rows))], self.channels, self.size
                 )
                 yield images, np.asarray(batch.column("label").to_pylist()[: len(images)], dtype=np.int64)
