@@ -81,10 +81,10 @@ def child_tuner(folder: Path, trials: int, epoch_s: float) -> dict:
     from tuner import cli
     from tuner.folder.records import trial_histories
     from tuner.folder.store import SweepFolder
-    from tuner.tracking import mlflow_runs as tracking
+    from tuner.tracking import mlflow_store
 
     spent = {"s": 0.0, "calls": 0, "depth": 0}
-    plain = tracking._retrying
+    plain = mlflow_store.retrying
 
     def timed(call, *args, **kwargs):  # every MLflow call tuner makes goes through here
         spent["depth"] += 1
@@ -97,7 +97,7 @@ def child_tuner(folder: Path, trials: int, epoch_s: float) -> dict:
                 spent["s"] += time.perf_counter() - started
                 spent["calls"] += 1
 
-    tracking._retrying = timed
+    mlflow_store.retrying = timed
     path = sweep_yaml(folder, trials, epoch_s)
     code = cli.main(["sweep", str(path)])
     if code != 0:

@@ -87,7 +87,7 @@ def prepare(folder: Path, model_name: str) -> tuple[Path, str, Any]:
 
     from tuner.data.datasets import load_test_split
     from tuner.results.export import load_best, write_package
-    from tuner.tracking.mlflow_runs import SERVED_MODEL_FILE, served_model_files
+    from tuner.tracking.mlflow_model import SERVED_MODEL_FILE, served_model_files
 
     torch.set_num_threads(2)
     train = load_test_split("mnist", None, train=True, download=False)

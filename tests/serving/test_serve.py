@@ -292,7 +292,7 @@ def test_a_model_registered_in_mlflow_is_served_by_its_uri(export, tmp_path):
     ``models:/NAME/VERSION``."""
     import mlflow
 
-    from tuner.tracking.mlflow_runs import SERVED_MODEL_FILE, served_model_files
+    from tuner.tracking.mlflow_model import SERVED_MODEL_FILE, served_model_files
 
     folder, test = export
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

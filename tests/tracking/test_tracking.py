@@ -92,12 +92,13 @@ def _served(sweep, client):
     """The registered model as anyone loads it: ``models:/it_cnn/<version>`` with pyfunc."""
     import mlflow.pyfunc
 
-    from tuner.tracking.mlflow_runs import _fluent_uri, tracking_uri
+    from tuner.tracking.mlflow_model import fluent_uri
+    from tuner.tracking.mlflow_runs import tracking_uri
 
     [version] = client.search_model_versions("name='it_cnn'")
     # As a user would point MLflow at the store; restored after (it leaks into the
     # environment, and so into later tests' subprocesses, otherwise).
-    with _fluent_uri(tracking_uri(sweep)):
+    with fluent_uri(tracking_uri(sweep)):
         return version, mlflow.pyfunc.load_model(f"models:/it_cnn/{version.version}")
 
 

@@ -3,42 +3,28 @@
 Only a sweep's driver process writes to MLflow (a Tune callback), so its concurrent
 trials never contend for the sqlite store. Several sweeps may share one store (the
 default ``<output_dir>/mlflow.db``): its creation is serialised with a file lock and
-every call that meets "database is locked" is retried with back-off, so no record is
-lost. ``<sweep>/mlflow.json`` (kept by tuner/folder/records.py) maps trials to their runs, so a
+every call that meets "database is locked" is retried with back-off (mlflow_store.py), so
+no record is lost. ``<sweep>/mlflow.json`` (kept by tuner/folder/records.py) maps trials to their runs, so a
 resumed sweep, a PBT clone or a retried trial keeps writing to the run it already has
 (no duplicates) and each metric history stays monotone in step.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import functools
-import io
-import json
 import os
-import random
-import tempfile
 import time
 import urllib.parse
 import urllib.request
-import warnings
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from tuner.errors import TunerError
 from tuner.folder import records, remote, store
 from tuner.folder.records import trial_metrics
 from tuner.folder.store import SweepFolder
 from tuner.sweepfile.schema import SweepConfig
+from tuner.tracking import mlflow_model, mlflow_store
 
-# The model tuner registers: MLflow loads this file by itself ("models from code"), so it
-# is named by path, never imported here (importing it sets MLflow's model).
-SERVED_MODEL_FILE = Path(__file__).with_name("served_model.py")
-LOCKED_SECONDS = 300.0  # how long a call keeps retrying a locked store
 FLUSH_S = 2.0  # the longest a trial's epoch waits to be written to MLflow
 
 
@@ -132,8 +118,8 @@ class SweepRecord:
         self.unrecorded: dict[str, list[dict[str, Any]]] = {}  # history of trials without a run yet (see backfill)
         self.flushed_at = self.saved_at = time.monotonic()
         self.unsaved = False  # runs made or epochs written since mlflow.json was last saved
-        with _creating_store(self.uri):
-            self.client = _Retrying(MlflowClient(self.uri))
+        with mlflow_store.creating_store(self.uri):
+            self.client = mlflow_store.Retrying(MlflowClient(self.uri))
             self.experiment_id = state.get("experiment_id") or self._experiment_id()
         # Runs a killed driver made but had not yet saved in mlflow.json can only exist
         # under a parent run made before this one started.
@@ -334,8 +320,6 @@ class SweepRecord:
 
         The model is tuner/tracking/served_model.py: uint8 images in, classes and probabilities out.
         """
-        import mlflow
-
         parent = self.parent_run_id
         objectives = tuple(o.metric for o in self.sweep.objectives)
         for key in dict.fromkeys(
@@ -359,37 +343,14 @@ class SweepRecord:
             self.client.set_terminated(parent, status="FINISHED")
             return self.model.get("version")
 
-        def log_model() -> Any:
-            with (
-                tempfile.TemporaryDirectory() as folder,
-                _fluent_uri(self.uri),
-                mlflow.start_run(run_id=parent),
-            ):
-                artifacts, signature = served_model_files(exported, Path(folder))
-                return mlflow.pyfunc.log_model(
-                    name="model",
-                    python_model=str(SERVED_MODEL_FILE),
-                    artifacts=artifacts,
-                    signature=signature,
-                    input_example=np.array(exported.example),
-                    # Stated, not inferred: inference imports the model in a subprocess (~8 s).
-                    pip_requirements=_model_requirements(),
-                )
-
-        def register(model_uri: str) -> Any:
-            # MLflow prints "Successfully registered model ..." to stderr itself; the sweep's
-            # summary says which version it made.
-            with _fluent_uri(self.uri), contextlib.redirect_stderr(io.StringIO()):
-                return mlflow.register_model(model_uri, name)
-
         # Two steps, each retried on its own: a retry never logs the model a second time.
-        info = _retrying(log_model)
+        info = mlflow_store.retrying(mlflow_model.log_served_model, self.uri, parent, exported)
         if not registering:  # a smoke run's model must not pass for a version of the real one
             self.model = dict(chosen)
             self.save()
             self.client.set_terminated(parent, status="FINISHED")
             return None
-        version = getattr(_retrying(register, info.model_uri), "version", None)
+        version = getattr(mlflow_store.retrying(mlflow_model.register, self.uri, info.model_uri, name), "version", None)
         if version is not None:
             for key, value in (
                 ("sweep", self.paths.root.name),  # the folder: <name>, or <name>-2 for a second run
@@ -427,8 +388,8 @@ def log_report(paths: SweepFolder, files: list[Path], artifact_path: str) -> str
         return state["parent_run_id"]
     from mlflow.tracking import MlflowClient
 
-    with _creating_store(state["tracking_uri"]):
-        client = _Retrying(MlflowClient(state["tracking_uri"]))
+    with mlflow_store.creating_store(state["tracking_uri"]):
+        client = mlflow_store.Retrying(MlflowClient(state["tracking_uri"]))
     for path in files:
         client.log_artifact(state["parent_run_id"], str(path), artifact_path=artifact_path)
     return state["parent_run_id"]
@@ -442,127 +403,6 @@ def _local_folder(uri: str) -> Path | None:
     if parsed.scheme == "" and uri.startswith("/"):
         return Path(uri)
     return None
-
-
-def _is_locked(error: BaseException) -> bool:
-    """Whether an error (or what caused it) is sqlite's "database is locked"."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if "database is locked" in str(error) or "database table is locked" in str(error):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
-def _retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``call``, retried with jittered exponential back-off while the store is locked."""
-    delay, deadline = 0.05, time.monotonic() + LOCKED_SECONDS
-    while True:
-        try:
-            return call(*args, **kwargs)
-        except Exception as error:
-            if _is_locked(error) and time.monotonic() < deadline:
-                time.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 2.0)
-                continue
-            failure = store.failed_write(error, "the MLflow store")  # a full disk under it: one line
-            if failure is not None:
-                raise failure from None
-            raise
-
-
-class _Retrying:
-    """An MlflowClient whose every call goes through ``_retrying``."""
-
-    def __init__(self, client: Any):
-        self._client = client
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._client, name)
-        return functools.partial(_retrying, attribute) if callable(attribute) else attribute
-
-
-@contextlib.contextmanager
-def _creating_store(uri: str) -> Iterator[None]:
-    """Hold ``<db>.lock`` while a sqlite store is opened (and, the first time, created):
-    two sweeps creating one store at once would otherwise race its schema migrations."""
-    if not uri.startswith("sqlite:///"):
-        yield
-        return
-    database = Path(uri.removeprefix("sqlite:///"))
-    lock_path = database.with_name(database.name + ".lock")
-    with store.writing_to(lock_path):
-        database.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
-def _model_requirements() -> list[str]:
-    from importlib.metadata import version
-
-    return [f"{package}=={version(package)}" for package in ("torch", "numpy", "pandas", "mlflow")]
-
-
-def served_model_files(exported: Any, folder: Path) -> tuple[dict[str, str], Any]:
-    """The registered model's artifacts (TorchScript network, settings.json) and signature:
-    uint8 ``[N, C, H, W]`` in; class, label, probability and one column per class out."""
-    import torch
-    from mlflow.models import ModelSignature
-    from mlflow.types import ColSpec, Schema, TensorSpec
-
-    from tuner.data.datasets import CLASS_NAMES
-
-    data = exported.config["data"]
-    network = folder / "network.ts"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracing notes, torch.jit's deprecation notice
-        traced = torch.jit.trace(exported.model.eval(), torch.from_numpy(exported.example_input()))
-        torch.jit.save(traced, str(network))
-    classes = list(data.get("classes") or CLASS_NAMES[data["dataset"]])  # exports before classes were recorded
-    settings = folder / "settings.json"
-    keys = ("mean", "std", "channels", "size")
-    # dataset: whether training images were adapted (resized) by tuner, which a service may then do too
-    recorded = {**{k: data[k] for k in keys}, "dataset": data.get("dataset"), "classes": classes}
-    settings.write_text(json.dumps(recorded, indent=2))
-    signature = ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, data["channels"], data["size"], data["size"]))]),
-        outputs=Schema(
-            [
-                ColSpec("long", "class"),
-                ColSpec("string", "label"),
-                ColSpec("double", "probability"),
-                *[ColSpec("double", f"p_{k}") for k in range(len(classes))],
-            ]
-        ),
-    )
-    return {"network": str(network), "settings": str(settings)}, signature
-
-
-@contextlib.contextmanager
-def _fluent_uri(uri: str) -> Iterator[None]:
-    """Point MLflow's fluent API at ``uri`` for a moment.
-
-    ``mlflow.set_tracking_uri`` also exports MLFLOW_TRACKING_URI, which would send every
-    later sweep of this process (and its child processes) to this sweep's store.
-    """
-    import mlflow
-
-    previous_uri, previous_env = mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI")
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(previous_uri)
-        if previous_env is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = previous_env
 
 
 def _log_params(client: Any, run_id: str, params: dict[str, Any]) -> None:

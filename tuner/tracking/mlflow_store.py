@@ -1,0 +1,76 @@
+"""The MLflow store opened under a file lock, and every call retried while sqlite says it is locked."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tuner.folder import store
+
+LOCKED_SECONDS = 300.0  # how long a call keeps retrying a locked store
+
+
+def _is_locked(error: BaseException) -> bool:
+    """Whether an error (or what caused it) is sqlite's "database is locked"."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if "database is locked" in str(error) or "database table is locked" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call``, retried with jittered exponential back-off while the store is locked."""
+    delay, deadline = 0.05, time.monotonic() + LOCKED_SECONDS
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception as error:
+            if _is_locked(error) and time.monotonic() < deadline:
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 2.0)
+                continue
+            failure = store.failed_write(error, "the MLflow store")  # a full disk under it: one line
+            if failure is not None:
+                raise failure from None
+            raise
+
+
+class Retrying:
+    """An MlflowClient whose every call goes through ``retrying``."""
+
+    def __init__(self, client: Any):
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        return functools.partial(retrying, attribute) if callable(attribute) else attribute
+
+
+@contextlib.contextmanager
+def creating_store(uri: str) -> Iterator[None]:
+    """Hold ``<db>.lock`` while a sqlite store is opened (and, the first time, created):
+    two sweeps creating one store at once would otherwise race its schema migrations."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    database = Path(uri.removeprefix("sqlite:///"))
+    lock_path = database.with_name(database.name + ".lock")
+    with store.writing_to(lock_path):
+        database.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
