@@ -19,7 +19,7 @@ from mlflow.utils.rest_utils import http_request
 from tuner import console
 from tuner.folder import records
 from tuner.folder.store import SweepFolder
-from tuner.tracking import callbacks, mlflow_runs
+from tuner.tracking import callbacks, mlflow_outage
 from tuner.tracking.callbacks import MlflowTrials
 
 
@@ -38,19 +38,21 @@ def _refused() -> MlflowException:
 
 
 def test_a_server_that_cannot_be_reached_is_away_and_a_bad_request_is_not():
-    assert mlflow_runs.unreachable(_refused()) == "connection refused"
-    assert mlflow_runs.unreachable(requests.exceptions.ConnectTimeout("slow")) == "ConnectTimeout"
-    assert mlflow_runs.unreachable(MlflowException("Run 'abc' not found", error_code="RESOURCE_DOES_NOT_EXIST")) is None
-    assert mlflow_runs.unreachable(ValueError("Max retries exceeded")) is None  # not MLflow's: a bug of ours
+    assert mlflow_outage.unreachable(_refused()) == "connection refused"
+    assert mlflow_outage.unreachable(requests.exceptions.ConnectTimeout("slow")) == "ConnectTimeout"
+    assert (
+        mlflow_outage.unreachable(MlflowException("Run 'abc' not found", error_code="RESOURCE_DOES_NOT_EXIST")) is None
+    )
+    assert mlflow_outage.unreachable(ValueError("Max retries exceeded")) is None  # not MLflow's: a bug of ours
 
 
 def test_a_probe_answers_within_its_timeout_whatever_the_server_does():
-    assert not mlflow_runs.answers(_closed_port())  # refused: at once
+    assert not mlflow_outage.answers(_closed_port())  # refused: at once
     with socket.socket() as silent:  # accepts (the backlog) and never answers: a hung server
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         began = time.monotonic()
-        assert not mlflow_runs.answers(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout_s=1)
+        assert not mlflow_outage.answers(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout_s=1)
         assert time.monotonic() - began < 5  # not a retried call's 35 s
 
     class NotFound(http.server.BaseHTTPRequestHandler):  # any answer but a 5xx: it is there
@@ -64,7 +66,7 @@ def test_a_probe_answers_within_its_timeout_whatever_the_server_does():
     server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        assert mlflow_runs.answers(f"http://127.0.0.1:{server.server_port}")
+        assert mlflow_outage.answers(f"http://127.0.0.1:{server.server_port}")
     finally:
         server.shutdown()
         server.server_close()
@@ -73,10 +75,10 @@ def test_a_probe_answers_within_its_timeout_whatever_the_server_does():
 def test_only_an_http_store_gets_short_retries_and_the_users_own_settings_win(monkeypatch):
     for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
-    mlflow_runs.fail_fast_over_http("sqlite:////tmp/mlflow.db")
+    mlflow_outage.fail_fast_over_http("sqlite:////tmp/mlflow.db")
     assert "MLFLOW_HTTP_REQUEST_TIMEOUT" not in os.environ
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")
-    mlflow_runs.fail_fast_over_http("https://mlflow.example:5000")
+    mlflow_outage.fail_fast_over_http("https://mlflow.example:5000")
     assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "2"
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "60"
 

@@ -330,7 +330,7 @@ def _run(run: Run) -> SweepOutcome:
 def _unless_mlflow_is_away(paths: SweepFolder) -> Iterator[None]:
     """A tracking server that does not answer at the sweep's end is noted (``resume`` writes
     its records later), not an error: the sweep's outcome is in its folder."""
-    from tuner.tracking.mlflow_runs import unreachable
+    from tuner.tracking.mlflow_outage import unreachable
 
     try:
         yield

@@ -27,14 +27,8 @@ from tuner.console import say
 from tuner.folder import records, store
 from tuner.folder.store import SweepFolder
 from tuner.sweepfile.schema import SweepConfig
-from tuner.tracking.mlflow_runs import (
-    FLUSH_S,
-    SweepRecord,
-    answers,
-    fail_fast_over_http,
-    tracking_uri,
-    unreachable,
-)
+from tuner.tracking.mlflow_outage import answers, fail_fast_over_http, unreachable
+from tuner.tracking.mlflow_runs import FLUSH_S, SweepRecord, tracking_uri
 
 
 class MlflowTrials(Callback):
