@@ -32,19 +32,19 @@ def _made_up_folder(tmp_path: Path, trials: list[tuple[str, int]], num_samples: 
             "trials": {"num_samples": num_samples},
         }
     )
-    paths = SweepFolder(tmp_path / "mnist_asha")
-    paths.tune.mkdir(parents=True)
-    paths.history.mkdir()
-    paths.config.write_text(yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
+    folder = SweepFolder(tmp_path / "mnist_asha")
+    folder.tune.mkdir(parents=True)
+    folder.history.mkdir()
+    folder.config.write_text(yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
     saved = []
     for index, (status, epochs) in enumerate(trials):
         trial_id = f"a1b2c_{index:05d}"
         trial = {"trial_id": trial_id, "status": status, "config": {"lr": 1e-3}, "relative_logdir": trial_id}
         saved.append([json.dumps(trial), json.dumps({})])
         for epoch in range(1, epochs + 1):
-            append_history(paths, trial_id, {"training_iteration": epoch, "val_accuracy": 0.9 + index / 1000})
-    (paths.tune / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps({"trial_data": saved}))
-    return paths.root
+            append_history(folder, trial_id, {"training_iteration": epoch, "val_accuracy": 0.9 + index / 1000})
+    (folder.tune / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps({"trial_data": saved}))
+    return folder.root
 
 
 def test_status_after_a_resume_counts_only_the_trials_that_started(tmp_path, capsys):
@@ -108,11 +108,11 @@ def test_the_outcome_of_a_smoke_run_says_its_model_was_logged_not_registered(tmp
     from tuner.sweepfile.load import load_sweep
 
     sweep = load_sweep("mnist_asha", [f"output_dir={tmp_path}"], smoke=True)
-    paths = SweepFolder(tmp_path / "mnist_asha")
-    paths.best.mkdir(parents=True)
-    (paths.best / "config.yaml").write_text(yaml.safe_dump({"hyperparameters": {"lr": 0.002}}))
+    folder = SweepFolder(tmp_path / "mnist_asha")
+    folder.best.mkdir(parents=True)
+    (folder.best / "config.yaml").write_text(yaml.safe_dump({"hyperparameters": {"lr": 0.002}}))
     metrics = {"trial_id": "a1b2c_00000", "epoch": 2, "val_accuracy": 0.9, "test_accuracy": 0.88, "test_images": 10}
-    _print_outcome(sweep, metrics, paths, smoke=True)  # no model_version: finish() registered nothing
+    _print_outcome(sweep, metrics, folder, smoke=True)  # no model_version: finish() registered nothing
     lines = capsys.readouterr().out.splitlines()
     assert (
         f"  MLflow: sqlite:///{tmp_path / 'mlflow.db'}, model logged on the sweep's run, not registered (a --smoke run)"

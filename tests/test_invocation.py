@@ -67,11 +67,11 @@ def test_the_outcome_suggests_commands_that_start_with_it(tmp_path, capsys, monk
     monkeypatch.setattr(cli, "tuner_command", lambda: "/opt/env/bin/python -m tuner")
     monkeypatch.chdir(tmp_path)
     sweep = load_sweep("mnist_asha", [f"output_dir={tmp_path / 'runs'}"])
-    paths = SweepFolder(tmp_path / "runs" / "mnist_asha")
-    paths.best.mkdir(parents=True)
-    (paths.best / "config.yaml").write_text(yaml.safe_dump({"hyperparameters": {"lr": 0.002}}))
+    folder = SweepFolder(tmp_path / "runs" / "mnist_asha")
+    folder.best.mkdir(parents=True)
+    (folder.best / "config.yaml").write_text(yaml.safe_dump({"hyperparameters": {"lr": 0.002}}))
     metrics = {"trial_id": "a1b2c_00000", "epoch": 2, "val_accuracy": 0.9, "test_accuracy": 0.88, "test_images": 10}
-    cli._print_outcome(sweep, metrics, paths)
+    cli._print_outcome(sweep, metrics, folder)
     lines = capsys.readouterr().out.splitlines()
     assert "  look further: /opt/env/bin/python -m tuner report runs/mnist_asha   (plots of the sweep" in lines[-3]
     assert "                /opt/env/bin/python -m tuner ui runs   (TensorBoard and MLflow UIs)" in lines

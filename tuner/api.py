@@ -91,7 +91,7 @@ def run(
 
     config = load(sweep, list(overrides), smoke=smoke)
     outcome = run_sweep(config, address=address, verbose=verbose)
-    return _results(config, outcome.paths.root)
+    return _results(config, outcome.folder.root)
 
 
 def load(sweep: str | Path | dict[str, Any], overrides: list[str] | None = None, *, smoke: bool = False) -> SweepConfig:
@@ -113,8 +113,8 @@ def open_results(folder: str | Path) -> Results:
     """The results of a sweep that ran before (its folder, as ``tuner status`` takes it)."""
     from tuner.results.summaries import open_sweep
 
-    sweep, paths = open_sweep(folder)
-    return _results(sweep, paths.root)
+    sweep, sweep_folder = open_sweep(folder)
+    return _results(sweep, sweep_folder.root)
 
 
 def _results(sweep: SweepConfig, folder: Path) -> Results:

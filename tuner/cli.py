@@ -210,7 +210,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     sweep = _load(args)
     outcome = run_sweep(sweep, address=args.address, verbose=args.verbose, **_cluster_timeout(args))
-    _print_outcome(sweep, outcome.best, outcome.paths, smoke=args.smoke)
+    _print_outcome(sweep, outcome.best, outcome.folder, smoke=args.smoke)
     return 0
 
 
@@ -257,9 +257,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from tuner.driver.sweep import run_sweep
     from tuner.results.summaries import open_sweep
 
-    sweep, paths = open_sweep(args.folder)
-    outcome = run_sweep(sweep, address=args.address, verbose=args.verbose, paths=paths, **_cluster_timeout(args))
-    _print_outcome(sweep, outcome.best, paths)
+    sweep, folder = open_sweep(args.folder)
+    outcome = run_sweep(sweep, address=args.address, verbose=args.verbose, folder=folder, **_cluster_timeout(args))
+    _print_outcome(sweep, outcome.best, folder)
     return 0
 
 
@@ -271,8 +271,8 @@ def cmd_extend(args: argparse.Namespace) -> int:
     )
     from tuner.results.summaries import open_sweep
 
-    sweep, paths = open_sweep(args.folder)
-    _print_outcome(sweep, outcome.best, paths)
+    sweep, folder = open_sweep(args.folder)
+    _print_outcome(sweep, outcome.best, folder)
     return 0
 
 
@@ -281,8 +281,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tuner.driver.progress import hyper_text
     from tuner.results.summaries import best_trial, open_sweep, trial_summaries
 
-    sweep, paths = open_sweep(args.folder)
-    summaries = trial_summaries(sweep, paths)
+    sweep, folder = open_sweep(args.folder)
+    summaries = trial_summaries(sweep, folder)
     # Tune lists a trial before it starts (and a resumed sweep's unstarted ones as pending);
     # the searcher has not made the rest yet: pending too.
     started = sum(trial.status != "pending" for trial in summaries)
@@ -308,10 +308,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         if trial.error:
             print(f"  {trial.trial_id} errored: {trial.error}")
     if any(t.best_value is not None for t in summaries):
-        best = best_trial(sweep, paths, summaries)
+        best = best_trial(sweep, folder, summaries)
         print(f"best so far: {best.trial_id} at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}")
-        _print_front(sweep, paths)
-    hint = how_to_continue(sweep, paths, summaries, args.folder)
+        _print_front(sweep, folder)
+    hint = how_to_continue(sweep, folder, summaries, args.folder)
     if hint:
         print(hint)
     return 0
@@ -320,22 +320,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_best(args: argparse.Namespace) -> int:
     from tuner.results.summaries import best_trial, open_sweep, trial_summaries
 
-    sweep, paths = open_sweep(args.folder)
-    best = best_trial(sweep, paths, trial_summaries(sweep, paths))
+    sweep, folder = open_sweep(args.folder)
+    best = best_trial(sweep, folder, trial_summaries(sweep, folder))
     print(
         f"best trial {best.trial_id} ({best.status}) at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}"
     )
     print("hyperparameters:")
     for key, value in best.config.items():
         print(f"  {key}: {_short(value)}")
-    exported = paths.best / "metrics.json"
+    exported = folder.best / "metrics.json"
     if exported.is_file():
         from tuner.folder.store import read_json
 
         metrics = read_json(exported, what="export's metrics.json")
         if metrics.get("trial_id") == best.trial_id and metrics.get("test_accuracy") is not None:
-            print(f"test_accuracy: {metrics['test_accuracy']:.4f} (exported in {_best_where(paths)})")
-    _print_front(sweep, paths)
+            print(f"test_accuracy: {metrics['test_accuracy']:.4f} (exported in {_best_where(folder)})")
+    _print_front(sweep, folder)
     return 0
 
 
@@ -347,18 +347,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tuner.results.export_own import exporter
     from tuner.results.summaries import all_results, open_sweep
 
-    sweep, paths = open_sweep(args.folder)
-    if paths.remote and not args.to:
+    sweep, folder = open_sweep(args.folder)
+    if folder.remote and not args.to:
         raise TunerError(
-            f"{paths.remote}: the sweep exported its best/ there itself; to export again from storage, "
+            f"{folder.remote}: the sweep exported its best/ there itself; to export again from storage, "
             "give a local folder with --to DIR"
         )
-    to = Path(args.to).expanduser().resolve() if args.to else paths.best
+    to = Path(args.to).expanduser().resolve() if args.to else folder.best
     export.check_destination(to, overwrite=args.overwrite)  # before anything is read or computed
-    inside = to == paths.root or paths.root in to.parents
-    with SweepLock(paths) if inside else contextlib.nullcontext():  # a running sweep owns its folder
+    inside = to == folder.root or folder.root in to.parents
+    with SweepLock(folder) if inside else contextlib.nullcontext():  # a running sweep owns its folder
         exported = exporter(sweep)(
-            sweep, paths, all_results(sweep, paths), to=to, format=args.format, overwrite=args.overwrite
+            sweep, folder, all_results(sweep, folder), to=to, format=args.format, overwrite=args.overwrite
         )
     metrics = exported.metrics
     print(
@@ -381,7 +381,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not args.no_mlflow:
         where = "report" if len(sweeps) == 1 else f"report/vs-{sweeps[1].label}"
         try:
-            run = tracking.log_report(sweeps[0].paths, files, where)
+            run = tracking.log_report(sweeps[0].folder, files, where)
         except Exception as error:  # the report stands without MLflow: say why, in one line
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             print(f"  not logged to MLflow: {reason}", file=sys.stderr)
@@ -447,24 +447,24 @@ def cmd_ui(args: argparse.Namespace) -> int:
     )
 
 
-def _print_front(sweep: Any, paths: Any) -> None:
+def _print_front(sweep: Any, folder: Any) -> None:
     """Several objectives: the Pareto front and the point the sweep's rule takes."""
     if sweep.objectives:
         from tuner.folder.records import trial_histories
         from tuner.results.front import front_lines
 
-        print("\n".join(front_lines(sweep, trial_histories(paths))))
+        print("\n".join(front_lines(sweep, trial_histories(folder))))
 
 
-def _best_where(paths: Any) -> str:
+def _best_where(folder: Any) -> str:
     """Where a sweep's best/ is, as users reach it: at its URI, else on disk."""
     from tuner.folder.remote import join
 
-    return join(paths.remote, "best") if paths.remote else str(paths.best)
+    return join(folder.remote, "best") if folder.remote else str(folder.best)
 
 
-def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bool = False) -> None:
-    best = paths.best
+def _print_outcome(sweep: Any, metrics: dict[str, Any], folder: Any, *, smoke: bool = False) -> None:
+    best = folder.best
     print(
         f"\nbest trial {metrics['trial_id']} at epoch {metrics['epoch']}: "
         f"{sweep.metric}={metrics[sweep.metric]:.4f}, {_test_score(metrics, sweep)}"
@@ -472,52 +472,52 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], paths: Any, *, smoke: bo
     hyper = yaml.safe_load((best / "config.yaml").read_text())["hyperparameters"]
     if hyper:  # nothing searched: no line
         print("  hyperparameters: " + ", ".join(f"{k}={_short(v)}" for k, v in hyper.items()))
-    print(f"  exported to {_best_where(paths)}")
-    if stalled := _stalled(paths):
+    print(f"  exported to {_best_where(folder)}")
+    if stalled := _stalled(folder):
         print(f"  stalled: {stalled}; their threads' stacks: tune/<trial>/stall-stacks.txt")
-    if sweep.objectives and not paths.remote:
-        _print_front(sweep, paths)
+    if sweep.objectives and not folder.remote:
+        _print_front(sweep, folder)
     if metrics.get("mlflow_behind"):  # its server was away at the end: the line above says how to catch up
-        print(f"  MLflow: {_mlflow_uri(sweep, paths)} lacks some of this sweep's records (see above)")
+        print(f"  MLflow: {_mlflow_uri(sweep, folder)} lacks some of this sweep's records (see above)")
     elif metrics.get("model_version"):
         from tuner.tracking.mlflow_runs import registered_model_name
 
         print(
-            f"  MLflow: {_mlflow_uri(sweep, paths)}, registered model "
+            f"  MLflow: {_mlflow_uri(sweep, folder)}, registered model "
             f"{registered_model_name(sweep)!r} version {metrics['model_version']}"
         )
     elif sweep.tracking.mlflow.enabled and not sweep.has_model:
         print(
-            f"  MLflow: {_mlflow_uri(sweep, paths)}, every trial recorded; "
+            f"  MLflow: {_mlflow_uri(sweep, folder)}, every trial recorded; "
             "no model logged (no model.factory to rebuild it)"
         )
     elif sweep.tracking.mlflow.enabled and not sweep.tracking.mlflow.registry:
         why = "a --smoke run" if smoke else "tracking.mlflow.registry: false"
-        print(f"  MLflow: {_mlflow_uri(sweep, paths)}, model logged on the sweep's run, not registered ({why})")
-    where = paths.where if paths.remote else _shown(paths.root)
+        print(f"  MLflow: {_mlflow_uri(sweep, folder)}, model logged on the sweep's run, not registered ({why})")
+    where = folder.where if folder.remote else _shown(folder.root)
     tuner, indent = tuner_command(), " " * len("  look further: ")
     print(f"  look further: {tuner} report {where}   (plots of the sweep in one HTML page)")
-    if not paths.remote:
-        print(f"{indent}{tuner} ui {_shown(paths.root.parent)}   (TensorBoard and MLflow UIs)")
+    if not folder.remote:
+        print(f"{indent}{tuner} ui {_shown(folder.root.parent)}   (TensorBoard and MLflow UIs)")
     print(f"{indent}{tuner} status {where}")
 
 
-def _mlflow_uri(sweep: Any, paths: Any) -> str:
+def _mlflow_uri(sweep: Any, folder: Any) -> str:
     """The store the sweep's records went to: the one its mlflow.json names (a resumed sweep
     keeps the store it began in), else the one the config gives."""
     from tuner.folder import records
     from tuner.tracking.mlflow_runs import tracking_uri
 
-    return records.read_mlflow_state(paths).get("tracking_uri") or tracking_uri(sweep)
+    return records.read_mlflow_state(folder).get("tracking_uri") or tracking_uri(sweep)
 
 
-def _stalled(paths: Any) -> str:
+def _stalled(folder: Any) -> str:
     """The trials the stall watchdog stopped, how often, and whether that ended them."""
     from collections import Counter
 
     from tuner.folder import records
 
-    timeline = records.read_timeline(paths)
+    timeline = records.read_timeline(folder)
     stalls = Counter(event["trial_id"] for event in timeline if event.get("event") == "stall")
     ended = records.stall_reasons(timeline)
     times = {1: "once", 2: "twice"}

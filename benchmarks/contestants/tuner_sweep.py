@@ -49,9 +49,9 @@ def timings(sweep_dir: Path) -> dict:
     from tuner.folder.records import read_timeline, trial_histories
     from tuner.folder.store import SweepFolder
 
-    paths = SweepFolder(sweep_dir)
-    histories = trial_histories(paths)
-    events = read_timeline(paths)
+    folder = SweepFolder(sweep_dir)
+    histories = trial_histories(folder)
+    events = read_timeline(folder)
     starts = {}
     for event in events:
         if event["event"] == "start":

@@ -105,8 +105,8 @@ def summarise(out: Path, started: float, exited: float) -> dict:
 
     inner = json.loads((out / "child.json").read_text())
     sweep_dir = next(p.parents[1] for p in (out / "runs").glob("*/best/metrics.json"))
-    paths = SweepFolder(sweep_dir)
-    events = read_timeline(paths)
+    folder = SweepFolder(sweep_dir)
+    events = read_timeline(folder)
     starts = [e["time"] for e in events if e["event"] == "start"]
     ends = [e["time"] for e in events if e["event"] in ("end", "error")]
     first_start, last_end = min(starts), max(ends)
@@ -129,7 +129,7 @@ def summarise(out: Path, started: float, exited: float) -> dict:
     wall = exited - started
     span = last_end - first_start
     parts["other (config, claiming the folder, between the steps)"] = wall - span - sum(parts.values())
-    histories = trial_histories(paths)
+    histories = trial_histories(folder)
     later = [row["images_per_s"] for rows in histories.values() for row in rows[1:]]
     best = json.loads((sweep_dir / "best" / "metrics.json").read_text())
     return {

@@ -121,20 +121,20 @@ def test_image_folder_and_parquet_copies_reach_the_idx_paths_accuracy_and_the_se
         assert score > 0.8, scores
     for outcome in (folder, parquet):
         assert outcome.best["test_images"] == 1000 and outcome.best["test_accuracy"] > 0.8
-        rows = next(iter(trial_histories(outcome.paths).values()))
+        rows = next(iter(trial_histories(outcome.folder).values()))
         assert [row["epoch"] for row in rows] == [1, 2]
     import yaml
 
-    described = yaml.safe_load((parquet.paths.best / "config.yaml").read_text())["data"]
+    described = yaml.safe_load((parquet.folder.best / "config.yaml").read_text())["data"]
     assert described["classes"] == [str(d) for d in range(10)] and described["size"] == 28
     assert described["channels"] == 1 and described["num_classes"] == 10
     # The statistics come from a seeded sample of the same images: the same on both copies.
-    folder_described = yaml.safe_load((folder.paths.best / "config.yaml").read_text())["data"]
+    folder_described = yaml.safe_load((folder.folder.best / "config.yaml").read_text())["data"]
     assert folder_described["mean"] == pytest.approx(described["mean"])
     # The sweep recorded them at its start (the export and a resume read that, not the files).
-    recorded = json.loads((folder.paths.root / "data.json").read_text())
+    recorded = json.loads((folder.folder.root / "data.json").read_text())
     assert recorded == {"data": folder_described, "held": "memory"}
-    assert not (idx.paths.root / "data.json").exists()  # built-in sets need no record
+    assert not (idx.folder.root / "data.json").exists()  # built-in sets need no record
 
 
 @pytest.fixture(scope="module")
@@ -168,11 +168,11 @@ def test_a_set_several_times_the_object_store_streams_through_ray_data(small_sto
     decoded = 24_000 * 3 * 64 * 64
     assert decoded > 3 * store, (decoded, store)
     assert "streamed with Ray Data" in plan and "0.5 of the" in plan, plan  # chosen by data.streaming: auto
-    ((_, rows),) = trial_histories(outcome.paths).items()
+    ((_, rows),) = trial_histories(outcome.folder).items()
     assert [row["epoch"] for row in rows] == [1]
     assert rows[0]["val_accuracy"] > 0.5, rows  # far above chance (0.1) after one pass of a tiny CNN (0.82 measured)
     assert rows[0]["train_images"] == 22_000  # the whole split, through a store a quarter its size
-    assert json.loads((outcome.paths.root / "data.json").read_text())["held"] == "stream"
+    assert json.loads((outcome.folder.root / "data.json").read_text())["held"] == "stream"
     assert outcome.best["test_images"] == 0 and outcome.best["test_accuracy"] is None  # no test/
 
 
@@ -185,7 +185,7 @@ def test_a_streamed_trial_resumes_from_its_checkpoint_and_ddp_workers_read_their
     sweep = _sweep(tmp_path, f"stream{workers}", data, scaling=scaling, trials={"num_samples": 1, "max_failures": 1})
     outcome = run_sweep(sweep, hooks=FailOnceAt(2, tmp_path / "faults"))  # fails once at epoch 2, then retries
 
-    ((trial_id, rows),) = trial_histories(outcome.paths).items()
+    ((trial_id, rows),) = trial_histories(outcome.folder).items()
     assert [row["epoch"] for row in rows] == [1, 2]
     assert rows[1]["resumed_from"] == trial_id  # from epoch 1's checkpoint, not from scratch
     assert all(row["world_size"] == workers for row in rows)

@@ -34,13 +34,13 @@ def test_its_settings_read_with_todays_names_and_get_todays_callbacks(old_folder
     with pytest.raises(ModuleNotFoundError) as plainly:
         pickle.loads((old_folder / "tune" / "tuner.pkl").read_bytes())
     assert earlier.made_by_earlier_tuner(plainly.value)
-    paths = SweepFolder(old_folder)
-    earlier.bring_forward(paths, ["today's callbacks"])
+    folder = SweepFolder(old_folder)
+    earlier.bring_forward(folder, ["today's callbacks"])
     state = pickle.load(io.BytesIO((old_folder / "tune" / "tuner.pkl").read_bytes()))  # no old names left
     assert state["_run_config"].callbacks == ["today's callbacks"]
     kept = old_folder / "tune" / "tuner.pkl.tuner-0.1"
     assert kept.read_bytes() == (FIXTURE / "tune" / "tuner.pkl").read_bytes()
-    earlier.bring_forward(paths, ["again"])  # the original is kept once, not replaced by the rewrite
+    earlier.bring_forward(folder, ["again"])  # the original is kept once, not replaced by the rewrite
     assert kept.read_bytes() == (FIXTURE / "tune" / "tuner.pkl").read_bytes()
 
 
@@ -139,3 +139,18 @@ def test_an_export_made_with_the_spec_layout_loads_and_predicts():
     test = load_test_split("mnist", None, download=False)
     classes, _ = model.predict(test.images[:500])
     assert (classes == test.labels[:500]).mean() > 0.5  # a CNN trained 1 epoch on 2,000 images, not chance
+
+
+def test_a_callback_pickled_before_the_folder_was_named_folder_comes_back_with_it(tmp_path):
+    """A sweep that today's layout started but the tuner before issue 40 pickled: Tune's
+    pickle gives back its callbacks with the sweep folder as ``paths``."""
+    from tuner.driver.callbacks import SweepRecords
+    from tuner.driver.stalls import StallWatch
+
+    for callback in (
+        SweepRecords(SweepFolder(tmp_path), 1, "val_accuracy", "max"),
+        StallWatch(SweepFolder(tmp_path), 60),
+    ):
+        callback.paths = callback.__dict__.pop("folder")  # as that tuner's instances were
+        restored = pickle.loads(pickle.dumps(callback))
+        assert restored.folder == SweepFolder(tmp_path) and not hasattr(restored, "paths")

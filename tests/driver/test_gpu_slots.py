@@ -48,7 +48,7 @@ def test_half_a_gpu_per_trial_runs_four_trials_on_two_gpus(gpu_ray, tmp_path):
     )
     outcome = run_sweep(sweep, hooks=TrainOnCpu())
     assert not outcome.results.errors
-    timeline = read_timeline(outcome.paths)
+    timeline = read_timeline(outcome.folder)
     assert len({e["trial_id"] for e in timeline if e["event"] == "end"}) == 6
     # 8 trials' worth of CPUs, 4 of GPU halves: the GPUs decide, and all four slots get used.
     assert _most_at_once(timeline) == 4
@@ -66,7 +66,7 @@ def test_a_trial_of_two_workers_with_a_gpu_each_waits_for_two_free_gpus(gpu_ray,
     )
     outcome = run_sweep(sweep, hooks=TrainOnCpu())
     assert not outcome.results.errors
-    timeline = read_timeline(outcome.paths)
+    timeline = read_timeline(outcome.folder)
     assert len({e["trial_id"] for e in timeline if e["event"] == "end"}) == 2
     # The CPUs would hold two such trials; the two GPUs hold one.
     assert _most_at_once(timeline) == 1

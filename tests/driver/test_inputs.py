@@ -28,10 +28,10 @@ def test_a_data_path_error_names_the_sweep_file_and_line_of_data_path_in_a_sweep
     sweep = load_sweep(str(sweep_file), [f"output_dir={tmp_path / 'runs'}"])
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(sweep_file))}:4: data\.path: .*nowhere is not a folder$"):
         load_data(sweep)
-    paths = SweepFolder(tmp_path / "runs" / "mine")
-    paths.root.mkdir(parents=True)
-    save_resolved_config(sweep, paths)
-    line = 1 + [text.strip() for text in paths.config.read_text().splitlines()].index(f"path: {missing}")
-    resumed, _ = open_sweep(paths.root)
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(paths.config))}:{line}: data\.path: .*nowhere is not"):
+    folder = SweepFolder(tmp_path / "runs" / "mine")
+    folder.root.mkdir(parents=True)
+    save_resolved_config(sweep, folder)
+    line = 1 + [text.strip() for text in folder.config.read_text().splitlines()].index(f"path: {missing}")
+    resumed, _ = open_sweep(folder.root)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(folder.config))}:{line}: data\.path: .*nowhere is not"):
         load_data(resumed)

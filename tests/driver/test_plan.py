@@ -53,9 +53,9 @@ def test_a_resumed_copy_says_its_mlflow_records_go_on_where_the_sweep_began(tmp_
     original, copy = SweepFolder(tmp_path / "a" / "runs" / "p"), SweepFolder(tmp_path / "b" / "runs" / "p")
     store = f"sqlite:///{tmp_path / 'a' / 'runs' / 'mlflow.db'}"
     sweep_here = SweepConfig.model_validate({"name": "p", **MNIST, "output_dir": str(copy.root.parent)})
-    for paths in (original, copy):
-        paths.root.mkdir(parents=True)
-        records.write_mlflow_state(paths, {"tracking_uri": store, "folder": str(original.root)})
+    for folder in (original, copy):
+        folder.root.mkdir(parents=True)
+        records.write_mlflow_state(folder, {"tracking_uri": store, "folder": str(original.root)})
     assert _records_elsewhere(sweep_here, copy) == (
         f"  MLflow: its records go on in the runs it began with, in {store}; it began in {original.root}"
     )

@@ -145,11 +145,11 @@ def test_a_killed_sweeps_lent_cores_are_taken_back_when_it_starts_again(tmp_path
     from tuner.driver.callbacks import SpareCores
     from tuner.folder.store import LENT_CORES_FILE, SweepFolder
 
-    paths = SweepFolder(tmp_path)
-    paths.tune.mkdir(parents=True)
-    (paths.tune / LENT_CORES_FILE).write_text('{"t0": 2}')
-    SpareCores(paths, 1, 1).setup(total_num_samples=1)
-    assert not (paths.tune / LENT_CORES_FILE).exists()
+    folder = SweepFolder(tmp_path)
+    folder.tune.mkdir(parents=True)
+    (folder.tune / LENT_CORES_FILE).write_text('{"t0": 2}')
+    SpareCores(folder, 1, 1).setup(total_num_samples=1)
+    assert not (folder.tune / LENT_CORES_FILE).exists()
 
 
 def test_two_sweeps_on_one_machine_lend_its_spare_cores_once(tmp_path):

@@ -71,7 +71,7 @@ def conditional(local_ray, tmp_path_factory):
             trials={"num_samples": 6},
         )
     )
-    return run_sweep(sweep).paths
+    return run_sweep(sweep).folder
 
 
 def test_a_conditional_space_reaches_every_record_as_the_branch_taken(conditional):
@@ -141,7 +141,7 @@ def test_a_warm_start_tells_optuna_the_earlier_trials_and_a_bad_one_writes_nothi
     outcome = run_sweep(sweep)
     said = capsys.readouterr().out
     assert f"warm start: 6 trial(s) of {conditional.root} told to the searcher" in said
-    assert len(records.trial_histories(outcome.paths)) == 2
+    assert len(records.trial_histories(outcome.folder)) == 2
 
     for where, message in [
         (tmp_path / "nowhere", r"searcher.warm_start: .*nowhere is not a sweep folder"),
@@ -224,10 +224,10 @@ def test_a_choice_of_models_trains_the_model_each_trial_took_and_exports_the_bes
         }
     }
     outcome = run_sweep(SweepConfig.model_validate(data))
-    configs = [json.loads(p.read_text()) for p in outcome.paths.tune.glob("*/params.json")]
+    configs = [json.loads(p.read_text()) for p in outcome.folder.tune.glob("*/params.json")]
     assert {c["model"] for c in configs} == {"cnn", "synthetic"}
     assert all(("conv2" in c) == (c["model"] == "cnn") for c in configs)
-    exported = yaml.safe_load((outcome.paths.best / "config.yaml").read_text())
+    exported = yaml.safe_load((outcome.folder.best / "config.yaml").read_text())
     assert exported["model"]["name"] == exported["hyperparameters"]["model"]
     expected = {"conv1": 4, "conv2": exported["hyperparameters"].get("conv2"), "hidden": 16}
     wanted = expected if exported["model"]["name"] == "cnn" else {"epoch_s": 0}
@@ -319,9 +319,9 @@ def test_pb2_explores_within_the_bounds_of_the_space(local_ray, tmp_path):
         | {"train": {"epochs": 4}}
     )
     outcome = run_sweep(sweep)
-    histories = records.trial_histories(outcome.paths)
+    histories = records.trial_histories(outcome.folder)
     assert len(histories) == 4 and all(len(rows) == 4 for rows in histories.values())
     exploited = [row for rows in histories.values() for row in rows if row.get("resumed_from") not in ("", None)]
     assert exploited, "PB2 never continued a trial from a better one's checkpoint"
-    for path in outcome.paths.tune.glob("*/params.json"):  # PB2's GP works in float32: a bound to ~1e-7
+    for path in outcome.folder.tune.glob("*/params.json"):  # PB2's GP works in float32: a bound to ~1e-7
         assert 1.0e-4 * (1 - 1e-6) <= json.loads(path.read_text())["lr"] <= 1.0e-1 * (1 + 1e-6)

@@ -73,10 +73,10 @@ class _Trial:
 def test_training_steps_keep_a_long_epoch_alive_and_their_end_is_a_stall(tmp_path):
     """tuner's loop touches its heartbeat between steps: a trial that reports once an hour
     but trains all the while is alive; once its steps stop too, it is stalled."""
-    paths = SweepFolder(tmp_path / "sweep")
-    trial = _Trial("t1", paths.tune / "trial_t1")
+    folder = SweepFolder(tmp_path / "sweep")
+    trial = _Trial("t1", folder.tune / "trial_t1")
     Path(trial.path).mkdir(parents=True)
-    watch = StallWatch(paths, 30)
+    watch = StallWatch(folder, 30)
     watch.on_trial_start(0, [trial], trial)
     now = time.time()
     watch.clocks["t1"].sign = watch.clocks["t1"].report = now - 100  # reported 100 s ago
@@ -90,7 +90,7 @@ def test_training_steps_keep_a_long_epoch_alive_and_their_end_is_a_stall(tmp_pat
     watch.next_look = 0.0
     watch.on_step_end(0, [trial])
     assert watch.killed == {"t1"}
-    [event] = [e for e in read_timeline(paths) if e["event"] == "stall"]
+    [event] = [e for e in read_timeline(folder) if e["event"] == "stall"]
     assert re.fullmatch(
         r"stalled: no report for 10\d s after epoch 1 \(no training step for the last 4\d s\); "
         r"its threads' stacks: tune/trial_t1/stall-stacks.txt",

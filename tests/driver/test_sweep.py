@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 def _trial_histories(outcome) -> dict[str, list[dict]]:
     """Every reported result of every trial, from the sweep's own history log."""
-    return trial_histories(outcome.paths)
+    return trial_histories(outcome.folder)
 
 
 def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ray(local_ray, tmp_path, runner):
@@ -52,13 +52,13 @@ def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ra
     assert best["test_accuracy"] > 0.5, "the exported model should be far above chance (0.1)"
     assert best["test_images"] == 10_000
 
-    best_dir = outcome.paths.best
+    best_dir = outcome.folder.best
     assert sorted(p.name for p in best_dir.iterdir()) == ["config.yaml", "metrics.json", "model.pt"]
     assert json.loads((best_dir / "metrics.json").read_text())["trial_id"] == best["trial_id"]
-    assert (outcome.paths.root / "sweep.yaml").is_file()
-    assert list((outcome.paths.tune).glob("trial_driver_*/events.out.tfevents.*")), "TensorBoard files per trial"
+    assert (outcome.folder.root / "sweep.yaml").is_file()
+    assert list((outcome.folder.tune).glob("trial_driver_*/events.out.tfevents.*")), "TensorBoard files per trial"
     # Everything inside the sweep folder, Train runs included; direct trials have none.
-    train_runs = [p for p in outcome.paths.train.glob("*") if p.is_dir()]
+    train_runs = [p for p in outcome.folder.train.glob("*") if p.is_dir()]
     assert len(train_runs) == (4 if runner == "torch_trainer" else 0)
 
     script = (
@@ -129,7 +129,7 @@ def test_a_lone_last_trial_trains_on_the_cores_no_trial_holds(local_ray, tmp_pat
     (rows,) = _trial_histories(outcome).values()
     assert [row["threads"] for row in rows] == [2, 2]
     assert rows[-1]["val_accuracy"] > 0.3
-    assert not (outcome.paths.tune / LENT_CORES_FILE).exists()
+    assert not (outcome.folder.tune / LENT_CORES_FILE).exists()
 
 
 def test_two_worker_trial_runs_ddp(local_ray, tmp_path):
@@ -237,7 +237,7 @@ def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_pat
     # The report marks the exploit on the clone's learning curve, naming the donor.
     from tuner.results import report_data
 
-    shown = report_data.read(outcome.paths.root)
+    shown = report_data.read(outcome.folder.root)
     assert (int(row["training_iteration"]), row["resumed_from"]) in report_data.exploits(shown, trial_id)
     assert_no_leaks()
 
@@ -281,9 +281,9 @@ def test_hyperband_pauses_and_resumes_trials_with_epoch_budgets_intact(local_ray
     def checkpoints(folder: Path) -> list[Path]:
         return [p for p in folder.glob("checkpoint_*") if p.is_dir()]
 
-    for trial_dir in outcome.paths.tune.glob("trial_driver_*"):
+    for trial_dir in outcome.folder.tune.glob("trial_driver_*"):
         assert 1 <= len(checkpoints(trial_dir)) <= 2, sorted(p.name for p in trial_dir.iterdir())
-    for run_dir in outcome.paths.train.glob("*"):
+    for run_dir in outcome.folder.train.glob("*"):
         if run_dir.is_dir():
             assert len(checkpoints(run_dir)) <= 2, sorted(p.name for p in run_dir.iterdir())
     # ... and the best epoch's checkpoint is one of those kept: the export found it.

@@ -112,7 +112,7 @@ def test_a_refused_claim_takes_away_the_output_dir_it_made_but_nothing_else(tmp_
 
 # --- the lock ---------------------------------------------------------------------------------
 def test_a_second_process_is_refused_with_the_holders_pid_and_a_killed_holder_leaves_no_lock(tmp_path):
-    paths = claim_new(tmp_path, "locked")
+    folder = claim_new(tmp_path, "locked")
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -122,7 +122,7 @@ def test_a_second_process_is_refused_with_the_holders_pid_and_a_killed_holder_le
                 import time
                 from pathlib import Path
                 from tuner.folder.store import SweepLock, SweepFolder
-                with SweepLock(SweepFolder(Path({str(paths.root)!r}))):
+                with SweepLock(SweepFolder(Path({str(folder.root)!r}))):
                     print("held", flush=True)
                     time.sleep(120)
                 """
@@ -134,14 +134,14 @@ def test_a_second_process_is_refused_with_the_holders_pid_and_a_killed_holder_le
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(TunerError, match=rf"{paths.root} is in use by process {holder.pid} on "):
-            with SweepLock(paths):
+        with pytest.raises(TunerError, match=rf"{folder.root} is in use by process {holder.pid} on "):
+            with SweepLock(folder):
                 pass
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    with SweepLock(paths):  # the kernel dropped the dead holder's lock
-        assert json.loads((paths.root / LOCK_FILE).read_text())["pid"] == os.getpid()
+    with SweepLock(folder):  # the kernel dropped the dead holder's lock
+        assert json.loads((folder.root / LOCK_FILE).read_text())["pid"] == os.getpid()
 
 
 # --- writes -----------------------------------------------------------------------------------
@@ -172,27 +172,27 @@ def test_a_full_disk_keeps_the_old_file_whole_and_says_so_in_one_line(small_fs):
 
 
 def test_an_append_on_a_full_disk_leaves_no_partial_line(small_fs):
-    paths = SweepFolder(small_fs / "sweep")
-    append_history(paths, "t1", {"training_iteration": 1, "val_accuracy": 0.5})
-    (paths.history / "t1.jsonl").write_text((paths.history / "t1.jsonl").read_text())  # settle its block
+    folder = SweepFolder(small_fs / "sweep")
+    append_history(folder, "t1", {"training_iteration": 1, "val_accuracy": 0.5})
+    (folder.history / "t1.jsonl").write_text((folder.history / "t1.jsonl").read_text())  # settle its block
     _fill(small_fs)
     ballast = small_fs / "ballast"
     os.truncate(ballast, ballast.stat().st_size - 8192)  # room for part of the next line only
     row = {"training_iteration": 2, "val_accuracy": 0.6, "padding": "x" * 20_000}
     with pytest.raises(StorageError, match="No space left on device"):
-        append_line(paths.history / "t1.jsonl", row)
-    assert trial_histories(paths) == {"t1": [{"training_iteration": 1, "val_accuracy": 0.5, "reported_at": ANY}]}
+        append_line(folder.history / "t1.jsonl", row)
+    assert trial_histories(folder) == {"t1": [{"training_iteration": 1, "val_accuracy": 0.5, "reported_at": ANY}]}
     os.unlink(small_fs / "ballast")  # space is back: the record goes on
-    append_history(paths, "t1", {"training_iteration": 2, "val_accuracy": 0.6})
-    assert [r["training_iteration"] for r in trial_histories(paths)["t1"]] == [1, 2]
+    append_history(folder, "t1", {"training_iteration": 2, "val_accuracy": 0.6})
+    assert [r["training_iteration"] for r in trial_histories(folder)["t1"]] == [1, 2]
 
 
 def test_an_epoch_re_run_after_a_crash_replaces_the_lost_ones(tmp_path):
-    paths = SweepFolder(tmp_path)
+    folder = SweepFolder(tmp_path)
     for step in (1, 2, 3):
-        assert append_history(paths, "t", {"training_iteration": step, "val_loss": 1.0 / step})
-    assert not append_history(paths, "t", {"training_iteration": 2, "val_loss": 0.4})
-    assert [(r["training_iteration"], r["val_loss"]) for r in trial_histories(paths)["t"]] == [(1, 1.0), (2, 0.4)]
+        assert append_history(folder, "t", {"training_iteration": step, "val_loss": 1.0 / step})
+    assert not append_history(folder, "t", {"training_iteration": 2, "val_loss": 0.4})
+    assert [(r["training_iteration"], r["val_loss"]) for r in trial_histories(folder)["t"]] == [(1, 1.0), (2, 0.4)]
 
 
 # --- corrupt records: one line naming the file ------------------------------------------------
@@ -207,20 +207,20 @@ def test_an_epoch_re_run_after_a_crash_replaces_the_lost_ones(tmp_path):
     ids=["truncated", "not_an_object", "no_epoch", "not_utf8"],
 )
 def test_a_corrupt_history_is_one_error_naming_the_file(tmp_path, text, message):
-    paths = SweepFolder(tmp_path)
-    paths.history.mkdir()
-    (paths.history / "t.jsonl").write_bytes(text.encode("latin-1"))
+    folder = SweepFolder(tmp_path)
+    folder.history.mkdir()
+    (folder.history / "t.jsonl").write_bytes(text.encode("latin-1"))
     with pytest.raises(TunerError, match=message) as raised:
-        trial_histories(paths)
-    assert str(paths.history / "t.jsonl") in str(raised.value) and "\n" not in str(raised.value)
+        trial_histories(folder)
+    assert str(folder.history / "t.jsonl") in str(raised.value) and "\n" not in str(raised.value)
 
 
 @pytest.mark.parametrize("text", ["{", "[]", '{"trials": []}', '{"tracking_uri": 3}'])
 def test_a_malformed_mlflow_run_map_is_one_error_naming_it(tmp_path, text):
-    paths = SweepFolder(tmp_path)
-    paths.mlflow_state.write_text(text)
-    with pytest.raises(TunerError, match=rf"{paths.mlflow_state}: not a readable MLflow run map"):
-        read_mlflow_state(paths)
+    folder = SweepFolder(tmp_path)
+    folder.mlflow_state.write_text(text)
+    with pytest.raises(TunerError, match=rf"{folder.mlflow_state}: not a readable MLflow run map"):
+        read_mlflow_state(folder)
 
 
 def test_read_json_lines_of_a_missing_file_is_empty(tmp_path):
@@ -254,9 +254,9 @@ def test_nothing_reported_or_nan_is_no_best():
 
 
 def test_the_lock_note_names_the_command(tmp_path):
-    paths = claim_new(tmp_path, "x")
-    with SweepLock(paths):
-        note = json.loads(paths.lock.read_text())
+    folder = claim_new(tmp_path, "x")
+    with SweepLock(folder):
+        note = json.loads(folder.lock.read_text())
     assert note["pid"] == os.getpid() and time.strptime(note["since"], "%Y-%m-%d %H:%M:%S")
     assert note["command"].startswith("python -m tuner")
 

@@ -57,7 +57,7 @@ def _made_up(
     ]
     return report_data.Sweep(
         config=config,
-        paths=SweepFolder(tmp_path / "made_up"),
+        folder=SweepFolder(tmp_path / "made_up"),
         label="made_up",
         trials=trials,
         histories=histories,

@@ -64,23 +64,23 @@ def test_experiment_runs_in_smoke_size(local_ray, tmp_path, tmp_path_factory, mo
         require((data_root() / "FashionMNIST" / "raw").is_dir(), "Fashion-MNIST not in the data root")
     capsys.readouterr()
     outcome = run_sweep(sweep)
-    RAN[path.stem] = outcome.paths.root
+    RAN[path.stem] = outcome.folder.root
     said = capsys.readouterr().out
     if path.stem == "mnist_warm_start":
         assert "  warm start: 2 trial(s) of " in said
     if sweep.picked:  # searcher: auto says what it picked, second line
         assert f"  {sweep.picked}" in said.splitlines()
     if sweep.objectives:  # every epoch reports every objective; the export says which rule chose it
-        rows = [row for rows in records.trial_histories(outcome.paths).values() for row in rows]
+        rows = [row for rows in records.trial_histories(outcome.folder).values() for row in rows]
         assert rows and all(row[o.metric] > 0 for row in rows for o in sweep.objectives)
-        exported = yaml.safe_load((outcome.paths.best / "config.yaml").read_text())
+        exported = yaml.safe_load((outcome.folder.best / "config.yaml").read_text())
         assert exported["metric"]["selected_by"].startswith(("knee", "max val_accuracy where params < 200000"))
     assert not outcome.results.errors, outcome.results.errors
     assert len(outcome.results) == sweep.trials.num_samples
     assert outcome.best["test_accuracy"] > 0.2, outcome.best  # chance is 0.1
     if sweep.data.dataset in ("mnist", "fashion_mnist"):  # scored on the first 2000 of 10000 test images
         assert outcome.best["test_images"] == 2000, outcome.best
-    assert (outcome.paths.best / "model.pt").is_file()
+    assert (outcome.folder.best / "model.pt").is_file()
     assert_no_leaks()
 
 
@@ -89,4 +89,4 @@ def _smoke_run(path, tmp_path):
     sweep = load_sweep(
         str(path), [f"output_dir={output}", f"data.root={data_root()}", "data.download=false"], smoke=True
     )
-    return run_sweep(sweep).paths.root
+    return run_sweep(sweep).folder.root

@@ -25,18 +25,18 @@ def _finish(tmp_path: Path, register: bool) -> tuple[Any, str | None]:
     sweep = SweepConfig.model_validate(
         {"name": "reg", "output_dir": str(tmp_path / "runs"), "tracking": {"mlflow": {"registry": register}}}
     )
-    paths = SweepFolder(tmp_path / "runs" / "reg")
-    (paths.root / "tune").mkdir(parents=True)
-    record = SweepRecord(sweep, paths)
+    folder = SweepFolder(tmp_path / "runs" / "reg")
+    (folder.root / "tune").mkdir(parents=True)
+    record = SweepRecord(sweep, folder)
     data = {"dataset": "mnist", "mean": [0.1307], "std": [0.3081], "channels": 1, "size": 28, "num_classes": 10}
     best = {"trial_id": "t_00000", "epoch": 2, "val_accuracy": 0.9, "val_loss": 0.3}
     best.update({"test_accuracy": 0.88, "test_loss": 0.35, "test_images": 100})
-    paths.best.mkdir()
-    (paths.best / "config.yaml").write_text(yaml.safe_dump({"data": data}))
-    (paths.best / "metrics.json").write_text(json.dumps(best))
+    folder.best.mkdir()
+    (folder.best / "config.yaml").write_text(yaml.safe_dump({"data": data}))
+    (folder.best / "metrics.json").write_text(json.dumps(best))
     model = build_model("cnn", in_channels=1, num_classes=10, image_size=28, options={"conv1": 2, "conv2": 4})
     exported = ExportedModel(model, {"data": data}, best, example=np.zeros((2, 1, 28, 28), dtype=np.uint8))
-    return record, record.finish(best, paths.best, exported)
+    return record, record.finish(best, folder.best, exported)
 
 
 @pytest.mark.parametrize("register", [False, True], ids=["not_registered", "registered"])
@@ -57,6 +57,6 @@ def test_the_best_model_is_logged_on_the_parent_run_and_registered_only_when_ask
         assert version is None and versions == []
         assert client.search_registered_models() == []
         # A resume that changed nothing logs no second model, and still registers nothing.
-        again = type(record)(record.sweep, record.paths)
-        assert again.finish({"trial_id": "t_00000", "epoch": 2}, record.paths.best, None) is None
+        again = type(record)(record.sweep, record.folder)
+        assert again.finish({"trial_id": "t_00000", "epoch": 2}, record.folder.best, None) is None
         assert len(client.search_logged_models(experiment_ids=[record.experiment_id])) == 1

@@ -97,7 +97,7 @@ class _Record:
 def writer(tmp_path, monkeypatch):
     """The MLflow callback's writer-thread side, called in line: its record a stand-in, its
     lines collected, whether the server answers up to the test."""
-    trials = MlflowTrials(sweep=None, paths=SweepFolder(tmp_path))
+    trials = MlflowTrials(sweep=None, folder=SweepFolder(tmp_path))
     trials.record = _Record()
     trials.said, trials.server_answers = [], False
     monkeypatch.setattr(callbacks, "answers", lambda uri: trials.server_answers)
@@ -170,7 +170,7 @@ def test_epochs_no_later_result_would_write_are_written_within_flush_s(tmp_path,
         def flush(self):
             self.pending, self.flushed_at, self.flushes = {}, time.monotonic(), self.flushes + 1
 
-    trials = MlflowTrials(sweep=None, paths=SweepFolder(tmp_path))
+    trials = MlflowTrials(sweep=None, folder=SweepFolder(tmp_path))
     trials.record, trials.writer = Queued(), ThreadPoolExecutor(max_workers=1)
     monkeypatch.setattr(callbacks, "FLUSH_S", 0.3)
     try:
@@ -193,6 +193,6 @@ def test_a_callback_that_an_earlier_tuner_pickled_comes_back_with_the_fields_add
     restored = MlflowTrials.__new__(MlflowTrials)
     restored.__setstate__(earlier_state)  # what unpickling that sweep's tuner.pkl does
     assert restored.missed == [] and restored.away_since is None and restored.next_flush == 0.0
-    assert restored.paths == SweepFolder(tmp_path)
+    assert restored.folder == SweepFolder(tmp_path)
     again = pickle.loads(pickle.dumps(restored))
-    assert again.paths == SweepFolder(tmp_path) and again.missed == [] and again.record is None
+    assert again.folder == SweepFolder(tmp_path) and again.missed == [] and again.record is None

@@ -76,7 +76,7 @@ def test_trial_runs_hold_params_per_epoch_metrics_and_status(finished, client):
         assert float(run.data.params["lr"]) == pytest.approx(result.config["lr"])
         assert float(run.data.params["dropout"]) == pytest.approx(result.config["dropout"])
         history = client.get_metric_history(run.info.run_id, "val_accuracy")
-        epochs = [row["val_accuracy"] for row in trial_histories(outcome.paths)[result.metrics["trial_id"]]]
+        epochs = [row["val_accuracy"] for row in trial_histories(outcome.folder)[result.metrics["trial_id"]]]
         assert [m.step for m in history] == list(range(1, len(epochs) + 1))
         assert [m.value for m in history] == pytest.approx(epochs)
         for name in ("train_loss", "val_loss"):
@@ -193,7 +193,7 @@ def test_mlflow_models_serve_and_tuner_predict_agree_with_the_registered_model(f
     # tuner predict, on the exported best/ (no MLflow), names the same classes.
     np.save(tmp_path / "images.npy", images)
     out = tmp_path / "predicted.csv"
-    done = tuner_cli("predict", str(outcome.paths.best), "--data", str(tmp_path / "images.npy"), "--out", str(out))
+    done = tuner_cli("predict", str(outcome.folder.best), "--data", str(tmp_path / "images.npy"), "--out", str(out))
     assert done.returncode == 0, done.stderr
     with out.open() as handle:
         rows = list(csv.DictReader(handle))
@@ -205,7 +205,7 @@ def test_tensorboard_has_every_trials_scalars_and_hparams(finished):
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     sweep, outcome = finished
-    folders = sorted(glob.glob(str(outcome.paths.tune / "trial_driver_*")))
+    folders = sorted(glob.glob(str(outcome.folder.tune / "trial_driver_*")))
     assert len(folders) == 3
     for folder in folders:
         events = EventAccumulator(folder, size_guidance={"scalars": 0, "tensors": 0})
@@ -300,15 +300,15 @@ def test_a_run_created_just_before_a_crash_is_adopted_not_made_twice(tmp_path):
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "crash", "output_dir": str(tmp_path / "runs")})
-    paths = SweepFolder(tmp_path / "runs" / "crash")
-    (paths.root / "tune").mkdir(parents=True)
-    record = SweepRecord(sweep, paths)
-    before = (paths.root / "mlflow.json").read_text()
+    folder = SweepFolder(tmp_path / "runs" / "crash")
+    (folder.root / "tune").mkdir(parents=True)
+    record = SweepRecord(sweep, folder)
+    before = (folder.root / "mlflow.json").read_text()
     record.log_result("t_00000", {"lr": 0.001}, {"training_iteration": 1, "val_accuracy": 0.5})
     record.flush()
-    (paths.root / "mlflow.json").write_text(before)  # what the killed driver had saved
+    (folder.root / "mlflow.json").write_text(before)  # what the killed driver had saved
 
-    again = SweepRecord(sweep, paths)
+    again = SweepRecord(sweep, folder)
     again.log_result("t_00000", {"lr": 0.001}, {"training_iteration": 1, "val_accuracy": 0.5})  # re-run epoch
     again.log_result("t_00000", {"lr": 0.001}, {"training_iteration": 2, "val_accuracy": 0.6})
     again.flush()
@@ -329,13 +329,13 @@ def test_epochs_queued_when_the_driver_died_are_written_from_the_history(tmp_pat
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "queued", "output_dir": str(tmp_path / "runs")})
-    paths = SweepFolder(tmp_path / "runs" / "queued")
-    (paths.root / "tune").mkdir(parents=True)
-    paths.history.mkdir()
-    record = SweepRecord(sweep, paths)
+    folder = SweepFolder(tmp_path / "runs" / "queued")
+    (folder.root / "tune").mkdir(parents=True)
+    folder.history.mkdir()
+    record = SweepRecord(sweep, folder)
     for epoch, accuracy in ((1, 0.5), (2, 0.6), (3, 0.7)):
         result = {"trial_id": "t_00000", "training_iteration": epoch, "val_accuracy": accuracy}
-        append_history(paths, "t_00000", result)
+        append_history(folder, "t_00000", result)
         record.log_result("t_00000", {"lr": 0.001}, result)
         if epoch == 1:
             record.flush()
@@ -344,9 +344,9 @@ def test_epochs_queued_when_the_driver_died_are_written_from_the_history(tmp_pat
     assert [m.step for m in client.get_metric_history(run_id, "val_accuracy")] == [1]  # 2 and 3 still queued
     del record  # the driver is killed here
 
-    again = SweepRecord(sweep, paths)
-    again.backfill(trial_histories(paths))
-    again.backfill(trial_histories(paths))  # a second resume writes nothing twice
+    again = SweepRecord(sweep, folder)
+    again.backfill(trial_histories(folder))
+    again.backfill(trial_histories(folder))  # a second resume writes nothing twice
     history = client.get_metric_history(run_id, "val_accuracy")
     assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, 0.6), (3, 0.7)]
 
@@ -361,24 +361,24 @@ def test_epochs_written_before_mlflow_json_could_be_saved_are_not_written_twice(
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "behind", "output_dir": str(tmp_path / "runs")})
-    paths = SweepFolder(tmp_path / "runs" / "behind")
-    (paths.root / "tune").mkdir(parents=True)
-    paths.history.mkdir()
-    record = SweepRecord(sweep, paths)
+    folder = SweepFolder(tmp_path / "runs" / "behind")
+    (folder.root / "tune").mkdir(parents=True)
+    folder.history.mkdir()
+    record = SweepRecord(sweep, folder)
     record.trial_run("t_00000", {"lr": 0.001})
-    saved = (paths.root / "mlflow.json").read_text()  # knows the run, no epoch yet
+    saved = (folder.root / "mlflow.json").read_text()  # knows the run, no epoch yet
     result = {"trial_id": "t_00000", "training_iteration": 1, "val_accuracy": 0.5}
-    append_history(paths, "t_00000", result)
+    append_history(folder, "t_00000", result)
     # A sweep's MLflow writer thread stamps an epoch later than the history does (an exact
     # repeat, time included, MLflow would drop by itself).
     record.log_result("t_00000", {"lr": 0.001}, result, stamp=time.time() + 1)
     record.flush()  # epoch 1 is in MLflow ...
-    (paths.root / "mlflow.json").write_text(saved)  # ... but mlflow.json's save did not land
+    (folder.root / "mlflow.json").write_text(saved)  # ... but mlflow.json's save did not land
     run_id = record.trials["t_00000"]
     del record
 
-    again = SweepRecord(sweep, paths)
-    again.backfill(trial_histories(paths))
+    again = SweepRecord(sweep, folder)
+    again.backfill(trial_histories(folder))
     again.log_result("t_00000", {}, result)  # epoch 1 re-run from the start: Tune had no checkpoint
     again.log_result("t_00000", {}, {**result, "training_iteration": 2, "val_accuracy": 0.6})
     again.flush()
@@ -399,23 +399,24 @@ def test_epochs_of_a_trial_whose_run_the_killed_driver_had_not_recorded_are_writ
     from tuner.tracking.mlflow_runs import SweepRecord
 
     sweep = SweepConfig.model_validate({"name": "late", "output_dir": str(tmp_path / "runs")})
-    paths = SweepFolder(tmp_path / "runs" / "late")
-    (paths.root / "tune").mkdir(parents=True)
-    paths.history.mkdir()
-    record = SweepRecord(sweep, paths)
-    saved = (paths.root / "mlflow.json").read_text()  # the parent run, no trial
+    folder = SweepFolder(tmp_path / "runs" / "late")
+    (folder.root / "tune").mkdir(parents=True)
+    folder.history.mkdir()
+    record = SweepRecord(sweep, folder)
+    saved = (folder.root / "mlflow.json").read_text()  # the parent run, no trial
     if made:
         record.log_result(
             "t_00000", {"lr": 0.001}, {"trial_id": "t_00000", "training_iteration": 1, "val_accuracy": 0.5}
         )
         record.flush()
-        (paths.root / "mlflow.json").write_text(saved)
+        (folder.root / "mlflow.json").write_text(saved)
     for epoch, accuracy in ((1, 0.5), (2, 0.6), (3, 0.7)):
-        append_history(paths, "t_00000", {"trial_id": "t_00000", "training_iteration": epoch, "val_accuracy": accuracy})
+        row = {"trial_id": "t_00000", "training_iteration": epoch, "val_accuracy": accuracy}
+        append_history(folder, "t_00000", row)
     del record  # the driver is killed here
 
-    again = SweepRecord(sweep, paths)
-    again.backfill(trial_histories(paths))
+    again = SweepRecord(sweep, folder)
+    again.backfill(trial_histories(folder))
     # The trial restarts from its checkpoint of epoch 2 and re-runs epoch 3.
     again.log_result("t_00000", {"lr": 0.001}, {"trial_id": "t_00000", "training_iteration": 3, "val_accuracy": 0.7})
     again.log_result("t_00000", {"lr": 0.001}, {"trial_id": "t_00000", "training_iteration": 4, "val_accuracy": 0.8})

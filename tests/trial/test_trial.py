@@ -30,7 +30,7 @@ def test_lr_schedules_as_documented_with_one_trial_at_a_time(local_ray, tmp_path
     outcome = run_sweep(sweep)
     by_schedule = {}
     for result in outcome.results:
-        rows = trial_histories(outcome.paths)[result.metrics["trial_id"]]
+        rows = trial_histories(outcome.folder)[result.metrics["trial_id"]]
         by_schedule[result.config["lr_schedule"]] = [row["lr"] for row in rows]
     # the lr recorded is the last step's of each epoch (15 steps an epoch, 30 in all)
     assert by_schedule["constant"] == [LR, LR]
@@ -40,10 +40,10 @@ def test_lr_schedules_as_documented_with_one_trial_at_a_time(local_ray, tmp_path
 
     # max_concurrent=1 on 2 CPUs: no two trials ever ran at once
     running, most = 0, 0
-    for event in sorted(read_timeline(outcome.paths), key=lambda e: e["time"]):
+    for event in sorted(read_timeline(outcome.folder), key=lambda e: e["time"]):
         running += {"start": 1, "end": -1, "error": -1}.get(event["event"], 0)
         most = max(most, running)
-    assert most == 1, read_timeline(outcome.paths)
+    assert most == 1, read_timeline(outcome.folder)
     assert_no_leaks()
 
 
@@ -59,11 +59,11 @@ def test_the_time_budget_stops_running_trials_and_the_best_is_exported(local_ray
     )
     started = time.monotonic()
     outcome = run_sweep(sweep)
-    histories = trial_histories(outcome.paths)
+    histories = trial_histories(outcome.folder)
     epochs = [len(rows) for rows in histories.values()]
     assert histories and max(epochs) < 100, f"no running trial was stopped by the budget: {epochs}"
     assert sum(epochs) < 4 * 100
-    assert (outcome.paths.best / "model.pt").is_file() and outcome.best["test_accuracy"] > 0.2
+    assert (outcome.folder.best / "model.pt").is_file() and outcome.best["test_accuracy"] > 0.2
     assert time.monotonic() - started < 120
     assert_no_leaks()
 

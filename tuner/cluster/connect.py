@@ -130,7 +130,7 @@ def send_auth_token_if_any() -> None:
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-def check_shared_storage(paths: SweepFolder, timeout_s: float = CLUSTER_TIMEOUT_S) -> None:
+def check_shared_storage(folder: SweepFolder, timeout_s: float = CLUSTER_TIMEOUT_S) -> None:
     """On a cluster of several nodes, every node must see the sweep folder (Tune's trials
     write their checkpoints there): a marker written here must be visible from each node.
     A local disk of the driver's machine fails this at once, not at the first checkpoint."""
@@ -142,11 +142,11 @@ def check_shared_storage(paths: SweepFolder, timeout_s: float = CLUSTER_TIMEOUT_
         return
     note = b"written by the sweep's driver to check that every node sees this folder\n"
     marker_name = f".tuner-visible-{os.getpid()}-{os.urandom(3).hex()}"
-    if paths.remote:  # every node needs the storage's package and credentials
-        marker = remote.join(paths.remote, marker_name)
+    if folder.remote:  # every node needs the storage's package and credentials
+        marker = remote.join(folder.remote, marker_name)
         remote.write_bytes(marker, note)
     else:
-        marker = str(paths.root / marker_name)
+        marker = str(folder.root / marker_name)
         write_atomic(Path(marker), note)
 
     at_uri = remote.is_remote(marker)
@@ -179,14 +179,14 @@ def check_shared_storage(paths: SweepFolder, timeout_s: float = CLUSTER_TIMEOUT_
             f"{timeout_s:g} s (--cluster-timeout); a node may be overloaded or gone: try again, or give it longer"
         ) from None
     finally:
-        if paths.remote:
+        if folder.remote:
             remote.delete(marker)
         else:
             Path(marker).unlink(missing_ok=True)
     blind = [node for node, ok in zip(nodes, seen, strict=True) if not ok]
     if blind:
         names = ", ".join(f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})" for node in blind)
-        where = remote.parent(paths.remote) if paths.remote else paths.root.parent
+        where = remote.parent(folder.remote) if folder.remote else folder.root.parent
         raise TunerError(
             f"output_dir: {where} is not visible from {len(blind)} of the cluster's {len(nodes)} "
             f"nodes ({names}); on a cluster of several machines put output_dir on storage every node reaches "
@@ -221,23 +221,23 @@ def answers(address: str, timeout_s: float = 2.0) -> bool:
     return True
 
 
-def how_to_continue(sweep: SweepConfig, paths: SweepFolder, summaries: list[TrialSummary], folder: str) -> str | None:
+def how_to_continue(sweep: SweepConfig, folder: SweepFolder, summaries: list[TrialSummary], where: str) -> str | None:
     """One line for a sweep that no process is running and that has trials left: how to go
     on, and, when its last run joined a cluster that no longer answers, that it is gone."""
     if not any(t.status in UNDONE for t in summaries) and len(summaries) >= sweep.total_trials:
         return None
-    if in_use(paths):
+    if in_use(folder):
         return None
-    last_run = next((e for e in reversed(read_timeline(paths)) if e.get("event") == "run"), {})
+    last_run = next((e for e in reversed(read_timeline(folder)) if e.get("event") == "run"), {})
     cluster = last_run.get("cluster")
     tuner = tuner_command()
     if cluster is None:
-        return f"not running: continue it with: {tuner} resume {folder}"
-    as_job = f"{tuner} submit {folder} --address http://HEAD:8265"
+        return f"not running: continue it with: {tuner} resume {where}"
+    as_job = f"{tuner} submit {where} --address http://HEAD:8265"
     if answers(cluster):
-        resume = f"{tuner} resume {folder} --address {cluster}"
+        resume = f"{tuner} resume {where} --address {cluster}"
         return f"not running: continue it on its cluster: {resume} (or {as_job})"
     return (
         f"not running, and its cluster {cluster} does not answer (its head node is gone?): start a cluster, then "
-        f"resume it with: {tuner} resume {folder} --address HEAD:6379 (or {as_job})"
+        f"resume it with: {tuner} resume {where} --address HEAD:6379 (or {as_job})"
     )

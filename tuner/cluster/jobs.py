@@ -113,16 +113,16 @@ def submit(
 ) -> Submission:
     """Validate here, then submit ``sweep`` (a file) or ``resume`` (a sweep folder) as a job;
     the cluster has ``cluster_timeout_s`` to accept it, and its driver the same for its waits."""
-    folder = Path(target)
-    if is_remote(target) or (folder.is_dir() and (folder / "sweep.yaml").is_file()):
+    given = Path(target)
+    if is_remote(target) or (given.is_dir() and (given / "sweep.yaml").is_file()):
         if overrides or smoke:
             raise TunerError(f"{target}: a sweep folder is resumed as it was configured; drop --set and --smoke")
         from tuner.results.summaries import open_sweep
 
-        sweep, paths = open_sweep(target)  # a storage URI: read through a working copy
-        check_cluster_paths(sweep, str(paths.config))
+        sweep, folder = open_sweep(target)  # a storage URI: read through a working copy
+        check_cluster_paths(sweep, str(folder.config))
         code = None  # a resume runs the code kept in the sweep folder (code/)
-        command, staged_file = ["resume", paths.remote or str(paths.root.resolve())], None
+        command, staged_file = ["resume", folder.remote or str(folder.root.resolve())], None
     else:
         path = resolve_sweep_path(target)
         sweep = load_sweep(target, overrides, smoke=smoke)  # ConfigError: one line, nothing submitted

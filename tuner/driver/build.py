@@ -31,15 +31,15 @@ def build_tuner(
     from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver
     from tuner.trial.session import TrialHooks
 
-    sweep, paths, restore = run.sweep, run.folder, run.resume
+    sweep, folder, restore = run.sweep, run.folder, run.resume
     setup = TrialSetup.of(
         sweep,
         use_gpu=use_gpu,
-        train_dir=paths.train_storage,
+        train_dir=folder.train_storage,
         hooks=run.hooks or TrialHooks(),
         streamed=streamed,
         code=run.code,
-        trials_dir=None if paths.remote else str(paths.tune),
+        trials_dir=None if folder.remote else str(folder.tune),
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
@@ -47,30 +47,30 @@ def build_tuner(
     )
     keep = None if sweep.scheduler.clones_checkpoints else sweep.checkpoint.keep  # PBT clones old ones
     callbacks = [
-        SweepRecords(paths, keep, sweep.metric, sweep.mode),
+        SweepRecords(folder, keep, sweep.metric, sweep.mode),
         TensorBoardEvents(),
-        *([MlflowTrials(sweep, paths)] if sweep.tracking.mlflow.enabled else []),
-        *([ProgressCallback(paths)] if reporter is not None else []),
-        StallWatch(paths, sweep.trials.stall_timeout_s),
+        *([MlflowTrials(sweep, folder)] if sweep.tracking.mlflow.enabled else []),
+        *([ProgressCallback(folder)] if reporter is not None else []),
+        StallWatch(folder, sweep.trials.stall_timeout_s),
         LeftoverGroups(),
     ]
     lend = sweep.scaling.lend_spare_cores and setup.direct and not use_gpu and not streamed
-    if lend and not paths.remote and not sweep.own_loop:
-        callbacks.append(SpareCores(paths, sweep.total_trials, int(sweep.scaling.cpus_per_worker)))
+    if lend and not folder.remote and not sweep.own_loop:
+        callbacks.append(SpareCores(folder, sweep.total_trials, int(sweep.scaling.cpus_per_worker)))
     if restore:
         try:
             try:
-                return tune.Tuner.restore(paths.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
+                return tune.Tuner.restore(folder.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
             except ModuleNotFoundError as error:
                 if not earlier.made_by_earlier_tuner(error):
                     raise
-                earlier.bring_forward(paths, callbacks)  # a sweep an earlier tuner started
-                return tune.Tuner.restore(paths.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
+                earlier.bring_forward(folder, callbacks)  # a sweep an earlier tuner started
+                return tune.Tuner.restore(folder.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
         except TunerError:
             raise
         except Exception as error:  # a truncated or foreign tuner.pkl
             reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            where = remote.join(paths.tune_uri, "tuner.pkl")
+            where = remote.join(folder.tune_uri, "tuner.pkl")
             raise TunerError(
                 f"{where}: Tune's saved sweep cannot be restored ({type(error).__name__}: {reason})"
             ) from None
@@ -79,7 +79,7 @@ def build_tuner(
         slots,
         gpus_out_of_sight=use_gpu and not sweep.scaling.direct,
         cpus_kept_free=streamed,
-        draw=paths.part - 1,  # an extension's random points are new ones
+        draw=folder.part - 1,  # an extension's random points are new ones
     )
     if run.searcher_from is not None:
         from ray.tune.search import Searcher
@@ -109,8 +109,8 @@ def build_tuner(
             reuse_actors=sweep.scaling.direct,
         ),
         run_config=tune.RunConfig(
-            name=paths.tune.name,
-            storage_path=paths.tune_storage,
+            name=folder.tune.name,
+            storage_path=folder.tune_storage,
             # Every checkpoint, as far as Tune knows; the records callback prunes each ended
             # trial to its `keep` best (see driver.callbacks.SweepRecords for why not Tune).
             checkpoint_config=tune.CheckpointConfig(

@@ -29,10 +29,10 @@ from tuner.folder.records import (
     stall_reasons,
     state_saved_at,
 )
-from tuner.folder.store import LENT_CORES_FILE, SweepFolder, current, read_json_lines, write_atomic
+from tuner.folder.store import LENT_CORES_FILE, HoldsFolder, SweepFolder, current, read_json_lines, write_atomic
 
 
-class SweepRecords(Callback):
+class SweepRecords(HoldsFolder, Callback):
     """A Tune callback (in the driver) that keeps ``history/`` and ``timeline.jsonl``, a
     whole copy of Tune's state, and each ended trial's ``keep`` checkpoints.
 
@@ -44,8 +44,8 @@ class SweepRecords(Callback):
     sweep's end; a running, paused or failed trial keeps all of its own (``None``: keep
     everything, as PBT needs)."""
 
-    def __init__(self, paths: SweepFolder, keep: int | None = None, metric: str = "", mode: str = "max") -> None:
-        self.paths, self.keep, self.metric, self.mode = paths, keep, metric, mode
+    def __init__(self, folder: SweepFolder, keep: int | None = None, metric: str = "", mode: str = "max") -> None:
+        self.folder, self.keep, self.metric, self.mode = folder, keep, metric, mode
         self.state_seen: dict[str, float] = {}
         self.next_prune = 0.0  # (listing tune/ is not free at thousands of trials: every 2 s at most)
         self.ended: list[tuple[float, str, Any, str]] = []  # (when, trial id, filesystem, path)
@@ -54,13 +54,13 @@ class SweepRecords(Callback):
         return {**self.__dict__, "state_seen": {}, "next_prune": 0.0, "ended": []}
 
     def on_step_end(self, iteration, trials, **info):
-        keep_state_copy(current(self.paths), self.state_seen)
+        keep_state_copy(current(self.folder), self.state_seen)
         if self.ended and time.monotonic() >= self.next_prune:
             self.next_prune = time.monotonic() + 2.0
-            self._prune(saved_at=state_saved_at(current(self.paths)))
+            self._prune(saved_at=state_saved_at(current(self.folder)))
 
     def on_experiment_end(self, trials, **info):  # Tune has saved its final state by now
-        keep_state_copy(current(self.paths), self.state_seen, force=True)
+        keep_state_copy(current(self.folder), self.state_seen, force=True)
         self._prune(saved_at=float("inf"))
 
     def _prune(self, saved_at: float) -> None:
@@ -70,29 +70,29 @@ class SweepRecords(Callback):
             if when >= saved_at:
                 waiting.append(ended)
                 continue
-            rows = read_json_lines(history_file(current(self.paths), trial_id))
+            rows = read_json_lines(history_file(current(self.folder), trial_id))
             prune_checkpoints(filesystem, trial_path, kept_checkpoints(rows, self.keep, self.metric, self.mode))
         self.ended = waiting
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        append_history(current(self.paths), trial.trial_id, result)
+        append_history(current(self.folder), trial.trial_id, result)
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        append_timeline(current(self.paths), trial.trial_id, "start")
+        append_timeline(current(self.folder), trial.trial_id, "start")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        append_timeline(current(self.paths), trial.trial_id, "end")
+        append_timeline(current(self.folder), trial.trial_id, "end")
         if self.keep is not None:
             self.ended.append((time.time(), trial.trial_id, trial.storage.storage_filesystem, trial.path))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        append_timeline(current(self.paths), trial.trial_id, "error")
+        append_timeline(current(self.folder), trial.trial_id, "error")
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        append_timeline(current(self.paths), trial.trial_id, "recover")
+        append_timeline(current(self.folder), trial.trial_id, "recover")
 
 
-class SpareCores(Callback):
+class SpareCores(HoldsFolder, Callback):
     """A Tune callback (in the driver) that lends the cores nobody holds to the trials still
     running, once no trial waits for a slot and none will come: a sweep's last trials no
     longer run on one core each while the others sit idle (a new user's default sweep
@@ -108,8 +108,8 @@ class SpareCores(Callback):
 
     EVERY_S = 1.0
 
-    def __init__(self, paths: SweepFolder, total_trials: int, cpus_per_trial: int) -> None:
-        self.paths, self.total, self.own = paths, total_trials, max(1, cpus_per_trial)
+    def __init__(self, folder: SweepFolder, total_trials: int, cpus_per_trial: int) -> None:
+        self.folder, self.total, self.own = folder, total_trials, max(1, cpus_per_trial)
         self.lent: dict[str, int] = {}
         self.noted = (0, 0)  # (held, lent) as this sweep's entry in the machine's ledger says
         self.next_look = 0.0
@@ -118,7 +118,7 @@ class SpareCores(Callback):
         return {**self.__dict__, "lent": {}, "noted": (0, 0), "next_look": 0.0}
 
     def setup(self, **info):  # every (re)start: a killed sweep's last shares are not this run's
-        (current(self.paths).tune / LENT_CORES_FILE).unlink(missing_ok=True)
+        (current(self.folder).tune / LENT_CORES_FILE).unlink(missing_ok=True)
 
     def on_trial_start(self, iteration, trials, trial, **info):
         # Before the trial's first epoch: Tune starts its function only after this callback.
@@ -136,11 +136,11 @@ class SpareCores(Callback):
                 machine_cores.record(ledger, os.getpid(), *noted)
                 self.noted = noted
         if shares != self.lent:
-            write_atomic(current(self.paths).tune / LENT_CORES_FILE, json.dumps(shares))
+            write_atomic(current(self.folder).tune / LENT_CORES_FILE, json.dumps(shares))
             self.lent = shares
 
     def on_experiment_end(self, trials, **info):
-        (current(self.paths).tune / LENT_CORES_FILE).unlink(missing_ok=True)
+        (current(self.folder).tune / LENT_CORES_FILE).unlink(missing_ok=True)
         self.lent = {}
         with machine_cores.ledger() as ledger:
             machine_cores.record(ledger, os.getpid(), 0, 0)
@@ -164,12 +164,12 @@ class SpareCores(Callback):
         return lend(running, self.own, min(spare, machine_cores.machine_cores() - others - held))
 
 
-def failure_reason(paths: SweepFolder | None, trial: Any) -> str:
+def failure_reason(folder: SweepFolder | None, trial: Any) -> str:
     """Why a trial failed, in one line: the stall watchdog's reason, else the last exception
     line of Tune's error file for it."""
     from tuner.results.summaries import error_reason
 
-    stalled = stall_reasons(read_timeline(current(paths))).get(trial.trial_id) if paths is not None else None
+    stalled = stall_reasons(read_timeline(current(folder))).get(trial.trial_id) if folder is not None else None
     if stalled:
         return stalled
     try:
@@ -189,14 +189,14 @@ def lend(running: list[str], own: int, spare: int) -> dict[str, int]:
     return {trial_id: threads for trial_id, threads in shares.items() if threads > own}
 
 
-class ProgressCallback(Callback):
+class ProgressCallback(HoldsFolder, Callback):
     """A Tune callback (in the driver) feeding the reporter shown now. It holds no state
     but the folder: Tune pickles its callbacks with the sweep, and a resumed sweep gets
     this one back. A failed trial is one line with its reason; Ray's traceback stays in
     the trial's error file (and on the console with --verbose)."""
 
-    def __init__(self, paths: SweepFolder | None = None) -> None:
-        self.paths = paths
+    def __init__(self, folder: SweepFolder | None = None) -> None:
+        self.folder = folder
 
     def on_trial_start(self, iteration, trials, trial, **info):
         if reporter := showing():
@@ -212,12 +212,12 @@ class ProgressCallback(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         if reporter := showing():
-            reporter.ended(trials, trial, errored=True, reason=failure_reason(getattr(self, "paths", None), trial))
+            reporter.ended(trials, trial, errored=True, reason=failure_reason(getattr(self, "folder", None), trial))
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         if reporter := showing():
             retries = trial.run_metadata.num_failures, trial.max_failures
-            reporter.retrying(trials, trial, failure_reason(getattr(self, "paths", None), trial), *retries)
+            reporter.retrying(trials, trial, failure_reason(getattr(self, "folder", None), trial), *retries)
 
     def on_step_end(self, iteration, trials, **info):
         if reporter := showing():

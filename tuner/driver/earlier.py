@@ -60,34 +60,34 @@ def made_by_earlier_tuner(error: BaseException) -> bool:
     return isinstance(error, ModuleNotFoundError) and name in (*MOVED, *SPLIT, *REPLACED, "tuner.spec")
 
 
-def bring_forward(paths: SweepFolder, callbacks: list[Any]) -> None:
+def bring_forward(folder: SweepFolder, callbacks: list[Any]) -> None:
     """Rewrite the sweep's ``tuner.pkl`` for this tuner, with ``callbacks`` as its Tune
     callbacks, and its searcher's saved state; each original is kept beside it (once: a
     second resume keeps the first)."""
     import ray.cloudpickle
 
-    where = remote.join(paths.tune_uri, "tuner.pkl")
-    original = paths.read_tune_file("tuner.pkl")
+    where = remote.join(folder.tune_uri, "tuner.pkl")
+    original = folder.read_tune_file("tuner.pkl")
     try:
         state = _EarlierNames(io.BytesIO(original)).load()
         state["_run_config"].callbacks = callbacks
     except Exception as error:  # not an earlier tuner's pickle after all
         raise TunerError(f"{where}: Tune's saved sweep cannot be read ({type(error).__name__}: {error})") from None
     kept = KEPT_SUFFIX["spec" if b"tuner.spec" in original else "0.1"]
-    for name in paths.tune_file_names():
+    for name in folder.tune_file_names():
         if name.startswith(SEARCHER_STATE) and name.endswith(".pkl"):
-            _rewrite(paths, name, kept, lambda data: ray.cloudpickle.dumps(_EarlierNames(io.BytesIO(data)).load()))
-    _rewrite(paths, "tuner.pkl", kept, lambda data: ray.cloudpickle.dumps(state))
+            _rewrite(folder, name, kept, lambda data: ray.cloudpickle.dumps(_EarlierNames(io.BytesIO(data)).load()))
+    _rewrite(folder, "tuner.pkl", kept, lambda data: ray.cloudpickle.dumps(state))
 
 
-def _rewrite(paths: SweepFolder, name: str, kept: str, today: Any) -> None:
-    original = paths.read_tune_file(name)
+def _rewrite(folder: SweepFolder, name: str, kept: str, today: Any) -> None:
+    original = folder.read_tune_file(name)
     if b"tuner." not in original:
         return
     rewritten = today(original)
-    if not paths.has_tune_file(name + kept):
-        paths.write_tune_file(name + kept, original)
-    paths.write_tune_file(name, rewritten)
+    if not folder.has_tune_file(name + kept):
+        folder.write_tune_file(name + kept, original)
+    folder.write_tune_file(name, rewritten)
 
 
 def _replaced(*args: Any, **kwargs: Any) -> None:

@@ -22,11 +22,11 @@ def extend_sweep(folder: str, trials: int, *, address: str | None = None, verbos
 
     if trials < 1:
         raise TunerError(f"--trials: at least 1 more trial, but got {trials}")
-    sweep, paths = open_sweep(folder)
-    if paths.remote:
-        raise TunerError(f"{paths.where}: extend works on a sweep folder on this machine's disk, not at a URI")
+    sweep, sweep_folder = open_sweep(folder)
+    if sweep_folder.remote:
+        raise TunerError(f"{sweep_folder.where}: extend works on a sweep folder on this machine's disk, not at a URI")
     whole = sweep.model_copy(
         update={"trials": sweep.trials.model_copy(update={"num_samples": sweep.trials.num_samples + trials})}
     )
     more = sweep.model_copy(update={"trials": sweep.trials.model_copy(update={"num_samples": trials})})
-    return run_sweep(more, address=address, verbose=verbose, paths=paths.extended(), extension=whole, **run)
+    return run_sweep(more, address=address, verbose=verbose, folder=sweep_folder.extended(), extension=whole, **run)

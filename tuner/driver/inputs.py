@@ -37,7 +37,7 @@ def smallest_object_store() -> float:
     return min(stores) if stores else 0.0
 
 
-def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: bool, verbose: bool) -> tuple[Any, str]:
+def ready_data(sweep: SweepConfig, planned: Any, folder: SweepFolder, resume: bool, verbose: bool) -> tuple[Any, str]:
     """The data trials read, and how (the plan line's words): in memory, decoded or from
     the cache, or streamed when the decoded set would not fit. A resumed sweep keeps the
     way its first run chose (its searcher, restored by Tune, keeps that run's cap)."""
@@ -49,11 +49,11 @@ def ready_data(sweep: SweepConfig, planned: Any, paths: SweepFolder, resume: boo
     from tuner.data import sources
 
     sources.quiet_ray_data(verbose)
-    earlier = records.read_data_description(paths) if resume else None
+    earlier = records.read_data_description(folder) if resume else None
     store_bytes = smallest_object_store()
     held = None if earlier is None else earlier.get("held") == "stream"
     if isinstance(planned, SparkData):
-        planned.keep_in(store.current(paths).spark_data)
+        planned.keep_in(store.current(folder).spark_data)
         if not planned.prepared:
             from tuner.driver.progress import show
 

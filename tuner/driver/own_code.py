@@ -19,15 +19,15 @@ def take(sweep: SweepConfig) -> Any:
     return snapshot.take(sweep.code_dir)
 
 
-def keep(code: Any, paths: SweepFolder) -> None:
+def keep(code: Any, folder: SweepFolder) -> None:
     if code is not None:
-        snapshot.write_files(code.files, paths.code)
+        snapshot.write_files(code.files, folder.code)
 
 
-def kept(sweep: SweepConfig, paths: SweepFolder) -> Any:
+def kept(sweep: SweepConfig, folder: SweepFolder) -> Any:
     """The snapshot a sweep began with (its ``code/``), else its code folder's as it is now."""
     if not spec.uses_own_code(sweep):
         return None
-    if paths.code.is_dir():
-        return snapshot.read(paths.code)
+    if folder.code.is_dir():
+        return snapshot.read(folder.code)
     return snapshot.take(sweep.code_dir)

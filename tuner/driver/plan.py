@@ -58,7 +58,7 @@ def concurrent_trials(sweep: SweepConfig, cluster: dict[str, float], use_gpu: bo
 
 
 def describe(
-    sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, paths: SweepFolder, held: str = "in memory"
+    sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, folder: SweepFolder, held: str = "in memory"
 ) -> str:
     searched = ", ".join(filter(None, (_searched(n, s) for n, s in sweep.param_specs().items()))) or "nothing"
     searcher = sweep.searcher.described
@@ -74,7 +74,7 @@ def describe(
             f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x "
             f"{sweep.scaling.cpus_per_worker:g} CPU on {device}, "
             f"{'in the trial process' if sweep.scaling.direct else 'as a TorchTrainer'}",
-            f"  output: {paths.where}",
+            f"  output: {folder.where}",
         ]
     )
 
@@ -119,15 +119,15 @@ def on_data(sweep: SweepConfig, data: Any) -> str:
     return f" on {sizes}"
 
 
-def earlier_run_note(sweep: SweepConfig, paths: SweepFolder) -> list[str]:
+def earlier_run_note(sweep: SweepConfig, folder: SweepFolder) -> list[str]:
     """A second run of a sweep goes to a new folder; say where the first one is."""
-    if paths.root.name == sweep.name:
+    if folder.root.name == sweep.name:
         return []
-    if paths.remote:
-        earlier: str | Path = remote.join(remote.parent(paths.remote), sweep.name)
+    if folder.remote:
+        earlier: str | Path = remote.join(remote.parent(folder.remote), sweep.name)
         finished = remote.exists(remote.join(str(earlier), "best", "metrics.json"))
     else:
-        earlier = paths.root.with_name(sweep.name)
+        earlier = folder.root.with_name(sweep.name)
         finished = (earlier / "best" / "metrics.json").is_file()
     if finished:
         return [f"  ({earlier} holds an earlier, finished run of this sweep, kept as it is)"]

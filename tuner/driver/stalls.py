@@ -31,7 +31,7 @@ from typing import Any
 from ray.tune import Callback
 
 from tuner.folder.records import append_timeline
-from tuner.folder.store import SweepFolder, current
+from tuner.folder.store import HoldsFolder, SweepFolder, current
 from tuner.trial.session import ALIVE_FILE, RANKS_DIR
 
 AUTO_FLOOR_S = 600.0
@@ -58,7 +58,7 @@ class _Clock:
     epoch: int  # its last reported epoch
 
 
-class StallWatch(Callback):
+class StallWatch(HoldsFolder, Callback):
     """A Tune callback (in the driver) that stops trials gone silent (see the module).
 
     A sign of life is a report, or, from tuner's own loop, the heartbeat file it touches
@@ -67,8 +67,8 @@ class StallWatch(Callback):
 
     EVERY_S = 1.0
 
-    def __init__(self, paths: SweepFolder, setting: str | float | None) -> None:
-        self.paths, self.setting = paths, setting
+    def __init__(self, folder: SweepFolder, setting: str | float | None) -> None:
+        self.folder, self.setting = folder, setting
         self.clocks: dict[str, _Clock] = {}  # the running trials'
         self.slowest: float | None = None  # the longest silence between two signs seen in this run
         self.killed: set[str] = set()  # stopped, the death not yet handled by Tune
@@ -118,7 +118,7 @@ class StallWatch(Callback):
                 self.clocks.pop(trial.trial_id, None)
                 continue
             clock = self.clocks.setdefault(trial.trial_id, _Clock(now, now, _epoch(trial)))
-            beat = _heartbeat(self.paths, trial)
+            beat = _heartbeat(self.folder, trial)
             if beat is not None and clock.sign < beat <= now:  # (an older one: the last start's)
                 self._signed(trial, beat)
             limit = limit_s(self.setting, self.slowest)
@@ -135,8 +135,8 @@ class StallWatch(Callback):
         if unreported_s - silent_s >= 1:  # it trained for a while after its last report
             reason += f" (no training step for the last {silent_s:.0f} s)"
         actor = trial.temporary_state.ray_actor
-        folder = current(self.paths).tune / Path(trial.path).name
-        where = f"{self.paths.tune.name}/{folder.name}/{STACKS_FILE}"
+        folder = current(self.folder).tune / Path(trial.path).name
+        where = f"{self.folder.tune.name}/{folder.name}/{STACKS_FILE}"
         stacks = _stacks_of(actor) if actor is not None else "(the trial had no process)"
         for rank, (pid, node) in sorted(_ranks(folder).items()):  # a TorchTrainer's workers: where DDP hangs
             stacks += f"\n--- Ray Train rank {rank}\n{_stacks_on(pid, node)}"
@@ -148,16 +148,16 @@ class StallWatch(Callback):
         except OSError as error:
             reason += f" (its stacks could not be written: {error})"
         # (The console's line comes when Tune handles the death: driver.callbacks.ProgressCallback.)
-        append_timeline(current(self.paths), trial.trial_id, "stall", reason=reason, epoch=epoch)
+        append_timeline(current(self.folder), trial.trial_id, "stall", reason=reason, epoch=epoch)
         if actor is not None:
             ray.kill(actor, no_restart=True)  # Tune sees the death: a retry, or an errored trial
 
 
-def _heartbeat(paths: SweepFolder, trial: Any) -> float | None:
+def _heartbeat(folder: SweepFolder, trial: Any) -> float | None:
     """When tuner's loop in the trial last touched its heartbeat file (None: no such file, as
     for a user's function or command, or a sweep at a URI)."""
     try:
-        return (current(paths).tune / Path(trial.path).name / ALIVE_FILE).stat().st_mtime
+        return (current(folder).tune / Path(trial.path).name / ALIVE_FILE).stat().st_mtime
     except (OSError, TypeError):
         return None
 

@@ -42,27 +42,27 @@ if TYPE_CHECKING:
     from tuner.trial.session import TrialHooks
 
 
-def save_resolved_config(sweep: SweepConfig, paths: SweepFolder) -> None:
+def save_resolved_config(sweep: SweepConfig, folder: SweepFolder) -> None:
     """``sweep.yaml``: every value the sweep ran with; for a user's function or command,
     without the sections it did not give (no data section means no data for it)."""
     unset: dict[str, Any] = {}
     if sweep.own_loop:  # train.epochs only: the rest is tuner's loop's
         unset = {name: True for name in ("data", "model") if name not in sweep.model_fields_set}
         unset["train"] = set(type(sweep.train).model_fields) - {"epochs"}
-    write_atomic(paths.config, yaml.safe_dump(sweep.model_dump(mode="json", exclude=unset), sort_keys=False))
+    write_atomic(folder.config, yaml.safe_dump(sweep.model_dump(mode="json", exclude=unset), sort_keys=False))
 
 
-def can_resume(paths: SweepFolder) -> bool:
+def can_resume(folder: SweepFolder) -> bool:
     from ray import tune
 
-    if paths.remote:
-        return remote.exists(paths.tune_uri) and tune.Tuner.can_restore(paths.tune_uri)
-    return paths.tune.is_dir() and tune.Tuner.can_restore(str(paths.tune))
+    if folder.remote:
+        return remote.exists(folder.tune_uri) and tune.Tuner.can_restore(folder.tune_uri)
+    return folder.tune.is_dir() and tune.Tuner.can_restore(str(folder.tune))
 
 
 @dataclass
 class SweepOutcome:
-    paths: SweepFolder
+    folder: SweepFolder
     results: Any  # ray.tune.ResultGrid; None for a finished sweep resumed (nothing ran)
     best: dict[str, Any]  # best/metrics.json
 
@@ -72,22 +72,22 @@ def run_sweep(
     *,
     address: str | None = None,
     verbose: bool = False,
-    paths: SweepFolder | None = None,
+    folder: SweepFolder | None = None,
     cluster_timeout_s: float = CLUSTER_TIMEOUT_S,
     hooks: TrialHooks | None = None,
     extension: SweepConfig | None = None,
 ) -> SweepOutcome:
-    """Run a sweep in a folder of its own and export its best model; with ``paths``,
+    """Run a sweep in a folder of its own and export its best model; with ``folder``,
     resume the sweep in that folder instead. ``hooks``: tests' seams in every trial.
     ``extension`` (tuner/driver/extend.py): run ``sweep``'s trials as a new Tune experiment
-    in ``paths`` (its next part), ``extension`` being the whole sweep to record in sweep.yaml.
+    in ``folder`` (its next part), ``extension`` being the whole sweep to record in sweep.yaml.
 
     A new sweep never writes into an existing folder: it claims ``<name>``, else
     ``<name>-2``, ... The folder is locked for as long as this process writes to it.
     """
-    mode: Mode = "new" if paths is None else "resume" if extension is None else "extend"
+    mode: Mode = "new" if folder is None else "resume" if extension is None else "extend"
     evaluated = code = data = None
-    if paths is None:
+    if folder is None:
         if sweep.tracking.mlflow.enabled:
             from tuner.tracking.mlflow_runs import tracking_uri
 
@@ -96,86 +96,86 @@ def run_sweep(
         check_model(sweep, data)
         evaluated = earlier_trials(sweep)  # searcher.warm_start
         code = own_code.take(sweep)
-        paths = _claim(sweep)
+        folder = _claim(sweep)
     mirror = None
     try:
-        with SweepLock(paths), remote.mirrored(paths.root, paths.remote) as mirror:
+        with SweepLock(folder), remote.mirrored(folder.root, folder.remote) as mirror:
             if mode == "resume":
-                _check_resumable(sweep, paths)  # before any work: a folder in use or corrupt is refused
-                finished = _finished(sweep, paths)
+                _check_resumable(sweep, folder)  # before any work: a folder in use or corrupt is refused
+                finished = _finished(sweep, folder)
                 if finished is not None:  # nothing to resume: said without starting Ray
                     return finished
                 data = load_data(sweep)
-                code = own_code.kept(sweep, paths)  # the code the sweep began with
+                code = own_code.kept(sweep, folder)  # the code the sweep began with
             elif mode == "extend":
-                _check_extendable(sweep, paths)
+                _check_extendable(sweep, folder)
                 data = load_data(sweep)
-                code = own_code.kept(sweep, paths)
-                save_resolved_config(extension, paths)  # every trial, the new ones too
+                code = own_code.kept(sweep, folder)
+                save_resolved_config(extension, folder)  # every trial, the new ones too
             else:
-                save_resolved_config(sweep, paths)
-                own_code.keep(code, paths)
-            run = Run(sweep, paths, mode, data, code, hooks, evaluated, address, verbose, cluster_timeout_s)
+                save_resolved_config(sweep, folder)
+                own_code.keep(code, folder)
+            run = Run(sweep, folder, mode, data, code, hooks, evaluated, address, verbose, cluster_timeout_s)
             return _fit_and_export(run)
     except BaseException:
         if mode == "new":
-            release_unused(paths)  # only if nothing but its config was written
-            if paths.remote:
-                remote.release_unused(paths.remote)
+            release_unused(folder)  # only if nothing but its config was written
+            if folder.remote:
+                remote.release_unused(folder.remote)
         raise
     finally:
-        if paths.remote and (mirror is None or mirror.pushed_all):
+        if folder.remote and (mirror is None or mirror.pushed_all):
             # The URI holds everything; the caller still reads best/ here. (Else keep it:
             # the error names it.)
-            atexit.register(remote.discard, paths.root)
+            atexit.register(remote.discard, folder.root)
 
 
 def _claim(sweep: SweepConfig) -> SweepFolder:
     return SweepFolder.claim(sweep.output_dir, sweep.name)
 
 
-def _check_extendable(sweep: SweepConfig, paths: SweepFolder) -> None:
+def _check_extendable(sweep: SweepConfig, folder: SweepFolder) -> None:
     """Every trial so far ended (under the folder's lock, held by the caller)."""
     from tuner.results.summaries import trial_summaries
 
-    earlier = dataclasses.replace(paths, part=paths.part - 1)
+    earlier = dataclasses.replace(folder, part=folder.part - 1)
     undone = [t for t in trial_summaries(sweep, earlier) if t.status in ("interrupted", "pending", "paused", "running")]
     if undone:
         raise TunerError(
-            f"{paths.where}: {len(undone)} trial(s) have not ended ({undone[0].trial_id}: {undone[0].status}); "
-            f"finish the sweep first with: {tuner_command()} resume {paths.where}"
+            f"{folder.where}: {len(undone)} trial(s) have not ended ({undone[0].trial_id}: {undone[0].status}); "
+            f"finish the sweep first with: {tuner_command()} resume {folder.where}"
         )
     if not (earlier.best / "metrics.json").is_file():
-        raise TunerError(f"{paths.where}: the sweep has not exported its best model yet; resume it before extending")
+        raise TunerError(f"{folder.where}: the sweep has not exported its best model yet; resume it before extending")
 
 
-def _finished(sweep: SweepConfig, paths: SweepFolder) -> SweepOutcome | None:
+def _finished(sweep: SweepConfig, folder: SweepFolder) -> SweepOutcome | None:
     """A sweep whose every trial ended (none errored: resume retries those) and whose best
     model is exported: its outcome as it stands, and a line saying so; else None."""
     from tuner.results.summaries import trial_summaries
 
-    summaries = trial_summaries(sweep, paths)
-    exported = paths.best / "metrics.json"
+    summaries = trial_summaries(sweep, folder)
+    exported = folder.best / "metrics.json"
     ended = all(t.status in ("finished", "stopped_early") for t in summaries)
     if not (ended and len(summaries) >= sweep.total_trials and exported.is_file()):
         return None
-    if sweep.tracking.mlflow.enabled and records.mlflow_behind(paths):
+    if sweep.tracking.mlflow.enabled and records.mlflow_behind(folder):
         return None  # MLflow lacks records the history holds: resume writes them
-    if not _tune_state_reads(paths):
+    if not _tune_state_reads(folder):
         return None  # the resume's own path names what is wrong with it
     show(
-        f"{paths.where}: the sweep has finished ({len(summaries)} trial(s) ended); nothing to resume. "
-        f"More trials: {tuner_command()} extend {paths.where} --trials N"
+        f"{folder.where}: the sweep has finished ({len(summaries)} trial(s) ended); nothing to resume. "
+        f"More trials: {tuner_command()} extend {folder.where} --trials N"
     )
-    return SweepOutcome(paths, None, store.read_json(exported, what="export's metrics.json"))
+    return SweepOutcome(folder, None, store.read_json(exported, what="export's metrics.json"))
 
 
-def _tune_state_reads(paths: SweepFolder) -> bool:
+def _tune_state_reads(folder: SweepFolder) -> bool:
     """Whether Tune's pickled sweep (``tune/tuner.pkl``) reads back, without starting Ray."""
     import cloudpickle
 
     try:
-        cloudpickle.loads(paths.read_tune_file("tuner.pkl"))
+        cloudpickle.loads(folder.read_tune_file("tuner.pkl"))
     except ModuleNotFoundError:  # whole, naming an earlier tuner's modules (driver/earlier.py maps them)
         return True
     except Exception:  # truncated or foreign
@@ -183,81 +183,81 @@ def _tune_state_reads(paths: SweepFolder) -> bool:
     return True
 
 
-def _check_resumable(sweep: SweepConfig, paths: SweepFolder) -> None:
+def _check_resumable(sweep: SweepConfig, folder: SweepFolder) -> None:
     """Every record resume builds on reads back; else one line naming the file. (Tune,
     given a state it cannot load, would start the sweep again from scratch.)"""
     from tuner.results.summaries import analysis
 
-    records.read_mlflow_state(paths)
-    records.trial_histories(paths)
-    for state in records.recover_state(paths):
+    records.read_mlflow_state(folder)
+    records.trial_histories(folder)
+    for state in records.recover_state(folder):
         show(f"{state}: was cut short (a full disk?); put back tuner's last whole copy of it")
-    if not can_resume(paths):
-        raise TunerError(f"{paths.where}: no Tune experiment state to resume in {paths.tune_uri}")
-    analysis(sweep, paths)
+    if not can_resume(folder):
+        raise TunerError(f"{folder.where}: no Tune experiment state to resume in {folder.tune_uri}")
+    analysis(sweep, folder)
 
 
 def _fit_and_export(run: Run) -> SweepOutcome:
     """Start or join Ray, fit, export; a write the machine refused ends it in one line."""
     import ray
 
-    paths = run.folder
+    folder = run.folder
     started_ray = start_ray(run.address, verbose=run.verbose)
     try:
         with store.noting_failed_writes():
             try:
-                with store.writing_records_to(paths):
+                with store.writing_records_to(folder):
                     return _run(run)
             except Exception as error:
-                failure = store.failed_write(error, paths.root)
+                failure = store.failed_write(error, folder.root)
                 if failure is None:
                     raise
                 raise store.StorageError(
                     f"{failure}; the sweep stopped: free space (or make the folder writable), then continue it "
-                    f"with: {tuner_command()} resume {paths.where}"
+                    f"with: {tuner_command()} resume {folder.where}"
                 ) from None
     finally:
         if started_ray:
             ray.shutdown()
 
 
-def _records_elsewhere(sweep: SweepConfig, paths: SweepFolder) -> str | None:
+def _records_elsewhere(sweep: SweepConfig, folder: SweepFolder) -> str | None:
     """A line for a resumed folder whose MLflow records go on where the sweep began, when that
     is not where a sweep in this folder would write them (the folder was copied or moved)."""
     from tuner.tracking.mlflow_runs import tracking_uri
 
-    state = records.read_mlflow_state(paths)
+    state = records.read_mlflow_state(folder)
     uri, began = state.get("tracking_uri"), state.get("folder")
-    if not uri or (uri == tracking_uri(sweep) and began in (None, paths.where)):
+    if not uri or (uri == tracking_uri(sweep) and began in (None, folder.where)):
         return None
-    where = f"; it began in {began}" if began and began != paths.where else ""
+    where = f"; it began in {began}" if began and began != folder.where else ""
     return f"  MLflow: its records go on in the runs it began with, in {uri}{where}"
 
 
-def _reporter(sweep: SweepConfig, paths: SweepFolder) -> Any:
+def _reporter(sweep: SweepConfig, folder: SweepFolder) -> Any:
     """The progress view (tuner/driver/progress.py), seeded with a resumed sweep's best so far."""
     from tuner.driver.progress import Progress, Reporter
 
     searched = [name for name, spec in sweep.flat_specs().items() if spec.kind != "constant"]
     progress = Progress(sweep.name, sweep.metric, sweep.mode, sweep.total_trials, sweep.max_epochs, searched)
-    best = sweep.best_epoch(records.trial_histories(paths))
+    best = sweep.best_epoch(records.trial_histories(folder))
     if best is not None:
         progress.seed(best)
     return Reporter(progress)
 
 
 def _run(run: Run) -> SweepOutcome:
-    sweep, paths, resume, verbose = run.sweep, run.folder, run.resume, run.verbose
+    sweep, folder, resume, verbose = run.sweep, run.folder, run.resume, run.verbose
     import ray
 
     from tuner.results.export_own import exporter
     from tuner.tracking import mlflow_runs as tracking
 
-    check_shared_storage(paths, run.cluster_timeout_s)
+    check_shared_storage(folder, run.cluster_timeout_s)
     cluster = ray.cluster_resources()
     use_gpu = decide_gpu(sweep, cluster)
     planned = run.data
-    data, held = ready_data(sweep, planned, paths, resume, verbose) if planned is not None else (None, "")
+    data, held = ready_data(sweep, planned, folder, resume, verbose) if planned is not None else (None, "")
     streamed = data is not None and not isinstance(data, TrainingData)
     data_cpus = stream_cpus(cluster) if streamed else 0
     if streamed and sweep.scheduler.pauses_trials:
@@ -272,24 +272,24 @@ def _run(run: Run) -> SweepOutcome:
     if data_cpus:
         held += f"; {data_cpus} CPU(s) kept free of trials for its tasks"
     # A reader gone away (``| head``) does not stop the sweep: show() goes quiet instead.
-    show(describe(sweep, slots, use_gpu, data, paths, held))
+    show(describe(sweep, slots, use_gpu, data, folder, held))
     if run.mode == "extend":
         show(
-            f"  extend: {sweep.total_trials} more trial(s) in {paths.tune.name}/, the searcher going on from "
-            f"{paths.parts()[-2].tune.name}/"
+            f"  extend: {sweep.total_trials} more trial(s) in {folder.tune.name}/, the searcher going on from "
+            f"{folder.parts()[-2].tune.name}/"
         )
-    for line in earlier_run_note(sweep, paths) if run.mode == "new" else []:
+    for line in earlier_run_note(sweep, folder) if run.mode == "new" else []:
         show(line)
-    if resume and sweep.tracking.mlflow.enabled and (elsewhere := _records_elsewhere(sweep, paths)):
+    if resume and sweep.tracking.mlflow.enabled and (elsewhere := _records_elsewhere(sweep, folder)):
         show(elsewhere)
     data_ref = ray.put(data) if data is not None else None
-    reporter = _reporter(sweep, paths)
+    reporter = _reporter(sweep, folder)
     tuner = build_tuner(run, data_ref, use_gpu, slots, streamed=streamed, reporter=None if verbose else reporter)
     # The report's slot count; only once the sweep (or its restore) is built: a refused
     # resume writes nothing.
-    records.append_timeline(store.current(paths), "", "run", slots=slots, resume=resume, **joined(run.address))
+    records.append_timeline(store.current(folder), "", "run", slots=slots, resume=resume, **joined(run.address))
     if getattr(planned, "record", None):  # a user's own data: what the export and a resume build on
-        records.write_data_description(store.current(paths), planned.record)
+        records.write_data_description(store.current(folder), planned.record)
     with (
         stop_cleanly_on_ctrl_c() as interrupted,
         reporter if not verbose else contextlib.nullcontext(),
@@ -298,36 +298,36 @@ def _run(run: Run) -> SweepOutcome:
         results = tuner.fit()
     del data_ref
     for error in results.errors:  # a trial that could not write its checkpoint: a full disk
-        if store.failed_write(error, paths.root) is not None:
+        if store.failed_write(error, folder.root) is not None:
             raise error
     if interrupted.is_set():
-        if sweep.tracking.mlflow.enabled and not records.mlflow_behind(paths):
-            with _unless_mlflow_is_away(paths):
-                tracking.SweepRecord(sweep, paths).fail()
-        raise SweepInterrupted(paths.where)
+        if sweep.tracking.mlflow.enabled and not records.mlflow_behind(folder):
+            with _unless_mlflow_is_away(folder):
+                tracking.SweepRecord(sweep, folder).fail()
+        raise SweepInterrupted(folder.where)
     every = list(results)
-    if paths.part > 1:  # an extended sweep: the best over every part's trials
+    if folder.part > 1:  # an extended sweep: the best over every part's trials
         from tuner.results.summaries import all_results
 
-        every = [*all_results(sweep, dataclasses.replace(paths, part=paths.part - 1)), *results]
-    exported = exporter(sweep)(sweep, paths, every, to=paths.best, overwrite=True)
-    if sweep.tracking.mlflow.enabled and not records.mlflow_behind(paths):
-        with _unless_mlflow_is_away(paths):
-            record = tracking.SweepRecord(sweep, paths)
-            version = record.finish(exported.metrics, paths.best, exported)
+        every = [*all_results(sweep, dataclasses.replace(folder, part=folder.part - 1)), *results]
+    exported = exporter(sweep)(sweep, folder, every, to=folder.best, overwrite=True)
+    if sweep.tracking.mlflow.enabled and not records.mlflow_behind(folder):
+        with _unless_mlflow_is_away(folder):
+            record = tracking.SweepRecord(sweep, folder)
+            version = record.finish(exported.metrics, folder.best, exported)
             if version is not None:  # None: not registered (tracking.mlflow.registry: false)
                 exported.metrics["model_version"] = version
-    if sweep.tracking.mlflow.enabled and (behind := records.mlflow_behind(paths)):
+    if sweep.tracking.mlflow.enabled and (behind := records.mlflow_behind(folder)):
         show(
             f"  {behind}: the best model is exported here, not logged there; once it is back, "
-            f"{tuner_command()} resume {paths.where} writes every record the history holds"
+            f"{tuner_command()} resume {folder.where} writes every record the history holds"
         )
         exported.metrics["mlflow_behind"] = True
-    return SweepOutcome(paths, results, exported.metrics)
+    return SweepOutcome(folder, results, exported.metrics)
 
 
 @contextlib.contextmanager
-def _unless_mlflow_is_away(paths: SweepFolder) -> Iterator[None]:
+def _unless_mlflow_is_away(folder: SweepFolder) -> Iterator[None]:
     """A tracking server that does not answer at the sweep's end is noted (``resume`` writes
     its records later), not an error: the sweep's outcome is in its folder."""
     from tuner.tracking.mlflow_outage import unreachable
@@ -337,4 +337,4 @@ def _unless_mlflow_is_away(paths: SweepFolder) -> Iterator[None]:
     except Exception as error:
         if (why := unreachable(error)) is None:
             raise
-        records.note_mlflow_behind(paths, f"MLflow was unreachable at the sweep's end ({why})")
+        records.note_mlflow_behind(folder, f"MLflow was unreachable at the sweep's end ({why})")

@@ -21,19 +21,19 @@ def earlier_trials(sweep: SweepConfig) -> list[Evaluated]:
     if where is None:
         return []
     try:
-        earlier, paths = open_sweep(Path(where).expanduser())
+        earlier, folder = open_sweep(Path(where).expanduser())
     except TunerError as error:
         raise sweep.locate(ConfigError(f"searcher.warm_start: {error}")) from None
     if (earlier.metric, earlier.mode) != (sweep.metric, sweep.mode):
         raise sweep.locate(
             ConfigError(
-                f"searcher.warm_start: {paths.where} {earlier.mode}imised {earlier.metric}, but this sweep "
+                f"searcher.warm_start: {folder.where} {earlier.mode}imised {earlier.metric}, but this sweep "
                 f"{sweep.mode}imises {sweep.metric}; its results would mislead the searcher"
             )
         )
-    histories = records.trial_histories(paths)
+    histories = records.trial_histories(folder)
     evaluated = []
-    for trial in trial_summaries(earlier, paths, histories):
+    for trial in trial_summaries(earlier, folder, histories):
         values = tuple(
             float(row[sweep.metric])
             for row in histories.get(trial.trial_id, [])
@@ -43,6 +43,8 @@ def earlier_trials(sweep: SweepConfig) -> list[Evaluated]:
             evaluated.append(Evaluated(dict(trial.config), values))
     if not evaluated:
         raise sweep.locate(
-            ConfigError(f"searcher.warm_start: {paths.where} has no trial that ended with {sweep.metric} to start from")
+            ConfigError(
+                f"searcher.warm_start: {folder.where} has no trial that ended with {sweep.metric} to start from"
+            )
         )
     return evaluated

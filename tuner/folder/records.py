@@ -86,18 +86,18 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
 
 
-def history_file(paths: SweepFolder, trial_id: str) -> Path:
-    return paths.history / f"{trial_id}.jsonl"
+def history_file(folder: SweepFolder, trial_id: str) -> Path:
+    return folder.history / f"{trial_id}.jsonl"
 
 
-def append_history(paths: SweepFolder, trial_id: str, result: dict[str, Any]) -> bool:
+def append_history(folder: SweepFolder, trial_id: str, result: dict[str, Any]) -> bool:
     """Append one epoch to ``history/<trial>.jsonl``; False if it replaced re-run epochs.
 
     Tune's own result.json is staged in Ray's session folder and copied back stale when
     a trial restarts (PBT, retries, resume), losing epochs; this log is written by the
     driver as each result arrives.
     """
-    path = history_file(paths, trial_id)
+    path = history_file(folder, trial_id)
     step = int(result["training_iteration"])
     row = {key: _plain(result[key]) for key in (*HISTORY_KEYS, *trial_metrics(result)) if key in result}
     row["reported_at"] = time.time()  # when the driver had it: the report's wall-time axis
@@ -113,10 +113,10 @@ def append_history(paths: SweepFolder, trial_id: str, result: dict[str, Any]) ->
     return True
 
 
-def trial_histories(paths: SweepFolder) -> dict[str, list[dict[str, Any]]]:
+def trial_histories(folder: SweepFolder) -> dict[str, list[dict[str, Any]]]:
     """Every epoch every trial reported, by trial id (sorted), in order."""
     histories = {}
-    for path in sorted(paths.history.glob("*.jsonl")):
+    for path in sorted(folder.history.glob("*.jsonl")):
         rows = read_json_lines(path)
         for number, row in enumerate(rows, start=1):
             if not isinstance(row.get("training_iteration"), int):
@@ -125,12 +125,12 @@ def trial_histories(paths: SweepFolder) -> dict[str, list[dict[str, Any]]]:
     return histories
 
 
-def append_timeline(paths: SweepFolder, trial_id: str, event: str, **extra: Any) -> None:
-    append_line(paths.timeline, {"time": time.time(), "trial_id": trial_id, "event": event, **extra})
+def append_timeline(folder: SweepFolder, trial_id: str, event: str, **extra: Any) -> None:
+    append_line(folder.timeline, {"time": time.time(), "trial_id": trial_id, "event": event, **extra})
 
 
-def read_timeline(paths: SweepFolder) -> list[dict[str, Any]]:
-    return read_json_lines(paths.timeline)
+def read_timeline(folder: SweepFolder) -> list[dict[str, Any]]:
+    return read_json_lines(folder.timeline)
 
 
 def stall_reasons(events: list[dict[str, Any]]) -> dict[str, str]:
@@ -145,53 +145,53 @@ def stall_reasons(events: list[dict[str, Any]]) -> dict[str, str]:
     return reasons
 
 
-def write_data_description(paths: SweepFolder, description: dict[str, Any]) -> None:
-    write_atomic(paths.data_description, json.dumps(description, indent=2))
+def write_data_description(folder: SweepFolder, description: dict[str, Any]) -> None:
+    write_atomic(folder.data_description, json.dumps(description, indent=2))
 
 
-def read_data_description(paths: SweepFolder) -> dict[str, Any] | None:
+def read_data_description(folder: SweepFolder) -> dict[str, Any] | None:
     """What a sweep on a user's own data recorded of them at its start (None for built-in
     sets and folders from before it was recorded)."""
-    if not paths.data_description.exists():
+    if not folder.data_description.exists():
         return None
-    description = read_json(paths.data_description, what="data description")
+    description = read_json(folder.data_description, what="data description")
     if not isinstance(description.get("data"), dict):
-        raise TunerError(f"{paths.data_description}: not a readable data description (no 'data')")
+        raise TunerError(f"{folder.data_description}: not a readable data description (no 'data')")
     return description
 
 
-def read_mlflow_state(paths: SweepFolder) -> dict[str, Any]:
+def read_mlflow_state(folder: SweepFolder) -> dict[str, Any]:
     """The trial -> MLflow run map (empty before the first write)."""
-    if not paths.mlflow_state.exists():
+    if not folder.mlflow_state.exists():
         return {}
-    state = read_json(paths.mlflow_state, what="MLflow run map")
+    state = read_json(folder.mlflow_state, what="MLflow run map")
     for key, kind in (("tracking_uri", str), ("parent_run_id", str), ("trials", dict)):
         if key in state and not isinstance(state[key], kind):
-            raise TunerError(f"{paths.mlflow_state}: not a readable MLflow run map ({key} is not a {kind.__name__})")
+            raise TunerError(f"{folder.mlflow_state}: not a readable MLflow run map ({key} is not a {kind.__name__})")
     return state
 
 
-def write_mlflow_state(paths: SweepFolder, state: dict[str, Any]) -> None:
-    write_atomic(paths.mlflow_state, json.dumps(state, indent=2))
+def write_mlflow_state(folder: SweepFolder, state: dict[str, Any]) -> None:
+    write_atomic(folder.mlflow_state, json.dumps(state, indent=2))
 
 
 MLFLOW_BEHIND = "mlflow.behind"  # in the sweep folder while MLflow lacks records the history has
 
 
-def note_mlflow_behind(paths: SweepFolder, why: str) -> None:
-    write_atomic(paths.root / MLFLOW_BEHIND, why + "\n")
+def note_mlflow_behind(folder: SweepFolder, why: str) -> None:
+    write_atomic(folder.root / MLFLOW_BEHIND, why + "\n")
 
 
-def mlflow_behind(paths: SweepFolder) -> str | None:
+def mlflow_behind(folder: SweepFolder) -> str | None:
     """Why MLflow lacks some of the sweep's records (its server was away), or None."""
     try:
-        return (paths.root / MLFLOW_BEHIND).read_text().strip() or "unreachable"
+        return (folder.root / MLFLOW_BEHIND).read_text().strip() or "unreachable"
     except OSError:
         return None
 
 
-def mlflow_caught_up(paths: SweepFolder) -> None:
-    (paths.root / MLFLOW_BEHIND).unlink(missing_ok=True)
+def mlflow_caught_up(folder: SweepFolder) -> None:
+    (folder.root / MLFLOW_BEHIND).unlink(missing_ok=True)
 
 
 # --- the one definition of "best" ---------------------------------------------------------------
@@ -259,7 +259,7 @@ STATE_COPY_SUFFIX = ".tuner-copy"
 STATE_COPY_EVERY_S = 5.0  # the least time between two copies (more when a copy takes long)
 
 
-def keep_state_copy(paths: SweepFolder, seen: dict[str, float], force: bool = False) -> None:
+def keep_state_copy(folder: SweepFolder, seen: dict[str, float], force: bool = False) -> None:
     """Keep a whole copy of Tune's experiment state as Tune rewrites it: Tune writes the
     file in place, so a full disk can leave it cut short, and resume needs it.
 
@@ -272,7 +272,7 @@ def keep_state_copy(paths: SweepFolder, seen: dict[str, float], force: bool = Fa
     due = force or now >= seen.get("", 0.0)
     if not due and len(seen) > 1:
         return  # (not even a listing: tune/ holds a folder per trial, and this runs every step)
-    states = list(paths.tune.glob("experiment_state*.json"))
+    states = list(folder.tune.glob("experiment_state*.json"))
     if not due and all(state.name in seen for state in states):
         return  # (a new state file is copied at once)
     for state in states:
@@ -290,10 +290,10 @@ def keep_state_copy(paths: SweepFolder, seen: dict[str, float], force: bool = Fa
     seen[""] = time.monotonic() + max(STATE_COPY_EVERY_S, 19 * (time.monotonic() - now))
 
 
-def recover_state(paths: SweepFolder) -> list[Path]:
+def recover_state(folder: SweepFolder) -> list[Path]:
     """Put back the last whole copy of any Tune state file that was cut short; returns them."""
     recovered = []
-    for state in paths.tune.glob("experiment_state*.json"):
+    for state in folder.tune.glob("experiment_state*.json"):
         if _whole_json(state) is not None:
             continue
         copy = _whole_json(state.with_name(state.name + STATE_COPY_SUFFIX))
@@ -303,11 +303,11 @@ def recover_state(paths: SweepFolder) -> list[Path]:
     return recovered
 
 
-def state_saved_at(paths: SweepFolder) -> float:
+def state_saved_at(folder: SweepFolder) -> float:
     """When Tune last wrote its experiment state (0 where it cannot be seen here: a sweep
     at a storage URI prunes at its end)."""
     times = []
-    for state in paths.tune.glob("experiment_state*.json") if paths.tune.is_dir() else []:
+    for state in folder.tune.glob("experiment_state*.json") if folder.tune.is_dir() else []:
         try:
             times.append(state.stat().st_mtime)
         except OSError:

@@ -353,31 +353,42 @@ def claim_new(output_dir: str | Path, name: str) -> SweepFolder:
     raise AssertionError("unreachable")
 
 
-def release_unused(paths: SweepFolder) -> None:
+def release_unused(folder: SweepFolder) -> None:
     """Remove a claimed folder that never got past its config, lock and the user's code as it
     took them (Ray failed to start, a check on the cluster refused the sweep), so the next
     run takes the name again, and the empty folders claiming it made (``output_dir``). Only
     what this run wrote: the folder was new when claimed (``claim_new``)."""
     try:
-        if {p.name for p in paths.root.iterdir()} - {CONFIG_FILE, LOCK_FILE, paths.code.name}:
+        if {p.name for p in folder.root.iterdir()} - {CONFIG_FILE, LOCK_FILE, folder.code.name}:
             return  # the sweep got further: keep everything
     except OSError:
         return
-    for path in (paths.config, paths.lock):
+    for path in (folder.config, folder.lock):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-    shutil.rmtree(paths.code, ignore_errors=True)
+    shutil.rmtree(folder.code, ignore_errors=True)
     with contextlib.suppress(OSError):
-        paths.root.rmdir()  # only if nothing else is in it
-    if paths.made is None or paths.remote:
+        folder.root.rmdir()  # only if nothing else is in it
+    if folder.made is None or folder.remote:
         return
-    for folder in (paths.root.parent, *paths.root.parent.parents):  # up to the one it made, each if empty
-        if not folder.is_relative_to(paths.made):
+    for parent in (folder.root.parent, *folder.root.parent.parents):  # up to the one it made, each if empty
+        if not parent.is_relative_to(folder.made):
             break
         try:
-            folder.rmdir()
+            parent.rmdir()
         except OSError:
             break
+
+
+class HoldsFolder:
+    """For a Tune callback that holds the sweep's SweepFolder as ``folder``: a resumed sweep's
+    callbacks come from Tune's pickle, and one pickled by a tuner before issue 40 holds it as
+    ``paths``."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "paths" in state and "folder" not in state:
+            state["folder"] = state.pop("paths")
+        self.__dict__.update(state)
 
 
 class SweepLock:
@@ -388,19 +399,19 @@ class SweepLock:
     message the next process prints.
     """
 
-    def __init__(self, paths: SweepFolder):
-        self.paths = paths
+    def __init__(self, folder: SweepFolder):
+        self.folder = folder
         self._fd: int | None = None
 
     def __enter__(self) -> SweepLock:
-        path = self.paths.lock
+        path = self.folder.lock
         with writing_to(path):
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise TunerError(in_use_message(str(self.paths.root), _holder(path))) from None
+            raise TunerError(in_use_message(str(self.folder.root), _holder(path))) from None
         holder = holder_note()
         with contextlib.suppress(OSError):  # the lock holds even if the note cannot be written
             os.ftruncate(fd, 0)
@@ -415,21 +426,21 @@ class SweepLock:
             self._fd = None
 
 
-def in_use(paths: SweepFolder) -> bool:
+def in_use(folder: SweepFolder) -> bool:
     """Whether a process holds the folder's lock now (a sweep or resume is running); at a
     storage URI, whether its lock object was refreshed lately.
 
     A shared ``flock`` attempt fails while the exclusive one is held; when it succeeds it
     is released at once, so a sweep starting in that instant may, at worst, be refused in
     one line."""
-    if paths.remote:
+    if folder.remote:
         try:
-            remote.check_unlocked(paths.remote)
+            remote.check_unlocked(folder.remote)
         except TunerError:
             return True
         return False
     try:
-        fd = os.open(paths.lock, os.O_RDONLY)
+        fd = os.open(folder.lock, os.O_RDONLY)
     except OSError:
         return False  # no lock file: nothing ever ran here
     try:
@@ -462,11 +473,11 @@ _FAILED_WRITES: ContextVar[list[StorageError] | None] = ContextVar("tuner_failed
 
 
 @contextlib.contextmanager
-def writing_records_to(paths: SweepFolder) -> Iterator[None]:
-    """Point the Tune callbacks at ``paths`` while a sweep runs. A resumed sweep's callbacks
+def writing_records_to(folder: SweepFolder) -> Iterator[None]:
+    """Point the Tune callbacks at ``folder`` while a sweep runs. A resumed sweep's callbacks
     come back from Tune's pickle with the folder they were made for, which is stale when
     the folder was moved or copied since."""
-    token = _WRITING.set(paths)
+    token = _WRITING.set(folder)
     try:
         yield
     finally:
@@ -483,6 +494,6 @@ def noting_failed_writes() -> Iterator[None]:
         _FAILED_WRITES.reset(token)
 
 
-def current(paths: SweepFolder) -> SweepFolder:
-    """The folder being written now, else ``paths``."""
-    return _WRITING.get() or paths
+def current(folder: SweepFolder) -> SweepFolder:
+    """The folder being written now, else ``folder``."""
+    return _WRITING.get() or folder

@@ -127,7 +127,7 @@ def _of_own_code(folder: Path) -> bool:
 
 
 def best_trial_checkpoint(
-    results: Any, paths: Any, sweep: Any, *, required: bool = True
+    results: Any, folder: Any, sweep: Any, *, required: bool = True
 ) -> tuple[Any, Any, dict[str, Any]]:
     """The best trial and epoch (tuner.folder.records.best_epoch) and its checkpoint at that epoch.
 
@@ -142,19 +142,19 @@ def best_trial_checkpoint(
     # Only the experiment's trials: a trial that reported, then was lost with a crash
     # before Tune saved it, left a history no restored trial continues.
     in_experiment = {r.metrics.get("trial_id") for r in results if r.metrics}
-    histories = {k: v for k, v in trial_histories(paths).items() if k in in_experiment}
+    histories = {k: v for k, v in trial_histories(folder).items() if k in in_experiment}
     best_row = sweep.best_epoch(histories)  # several objectives: the point `select` takes from the front
     if best_row is None:
-        raise TunerError(f"{paths.where}: no trial reported {metric!r} yet; nothing to export")
+        raise TunerError(f"{folder.where}: no trial reported {metric!r} yet; nothing to export")
     best = next((r for r in results if r.metrics and r.metrics.get("trial_id") == best_row.trial_id), None)
     if best is None:
-        raise TunerError(f"{paths.where}: trial {best_row.trial_id} is not in the Tune experiment; nothing to export")
+        raise TunerError(f"{folder.where}: trial {best_row.trial_id} is not in the Tune experiment; nothing to export")
     scored = [(c, m) for c, m in best.best_checkpoints if metric in m]
     chosen = {"selected_by": best_row.rule} if best_row.rule else {}
     if not scored and not required:
         return best, None, {**best_row.row, "trial_id": best_row.trial_id, **chosen}
     if not scored:
-        raise TunerError(f"{paths.where}: trial {best_row.trial_id} kept no checkpoint; nothing to export")
+        raise TunerError(f"{folder.where}: trial {best_row.trial_id} kept no checkpoint; nothing to export")
     at_epoch = [(c, m) for c, m in scored if m.get("training_iteration") == best_row.epoch]
     pick = max if mode == "max" else min
     checkpoint, metrics = pick(at_epoch or scored, key=lambda pair: pair[1][metric])
@@ -163,7 +163,7 @@ def best_trial_checkpoint(
 
 def export_best(
     sweep: Any,
-    paths: Any,
+    folder: Any,
     results: Any,
     *,
     to: Path | None = None,
@@ -180,18 +180,18 @@ def export_best(
         raise TunerError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")
     from tuner.trial.runner import TrialSetup, model_of, resolve_hyperparameters
 
-    to = Path(to or paths.best)
+    to = Path(to or folder.best)
     check_destination(to, overwrite=overwrite)
-    best, checkpoint, val_metrics = best_trial_checkpoint(results, paths, sweep)
+    best, checkpoint, val_metrics = best_trial_checkpoint(results, folder, sweep)
     setup = TrialSetup.of(sweep)
     sampled = {k: _plain(v) for k, v in best.config.items()}
     train, model_options = resolve_hyperparameters(setup, sampled)
     model_name = model_of(setup, sampled)  # a choice of models: the best trial's
     try:
-        held = held_out(sweep.data, seed=sweep.seed, folder=paths)  # listed once: a Parquet source reads its files
+        held = held_out(sweep.data, seed=sweep.seed, folder=folder)  # listed once: a Parquet source reads its files
     except ConfigError as error:  # data.path gone since: name the sweep.yaml line, as a sweep does
         raise sweep.locate(error) from None
-    recorded = records.read_data_description(paths)  # a user's own data as the sweep saw them
+    recorded = records.read_data_description(folder)  # a user's own data as the sweep saw them
     described = recorded["data"] if recorded else held.describe()
     config = {
         "sweep": sweep.name,
@@ -203,9 +203,9 @@ def export_best(
         "data": described,
         "metric": objectives_record(sweep, val_metrics),
     }
-    with checkpoint.as_directory() as folder:  # a checkpoint at a storage URI is fetched first
-        state = _load_checkpoint(folder)
-    code = code_folder(sweep, paths)
+    with checkpoint.as_directory() as saved:  # a checkpoint at a storage URI is fetched first
+        state = _load_checkpoint(saved)
+    code = code_folder(sweep, folder)
     model = build_model(
         model_name,
         in_channels=described["channels"],
@@ -248,11 +248,11 @@ def objectives_record(sweep: Any, val_metrics: dict[str, Any]) -> dict[str, Any]
     return record
 
 
-def code_folder(sweep: Any, paths: Any) -> Path | None:
+def code_folder(sweep: Any, folder: Any) -> Path | None:
     """The user's code a model.factory is imported from: the sweep's kept copy (code/)."""
     if sweep.model.name != "factory":
         return None
-    return paths.code if paths.code.is_dir() else Path(sweep.code_dir)
+    return folder.code if folder.code.is_dir() else Path(sweep.code_dir)
 
 
 def evaluate(exported: ExportedModel, images: np.ndarray, labels: np.ndarray) -> tuple[float, float]:

@@ -34,16 +34,22 @@ from tuner.usercode import names
 
 
 def export_best(
-    sweep: Any, paths: Any, results: Any, *, to: Path | None = None, format: str = "state_dict", overwrite: bool = False
+    sweep: Any,
+    folder: Any,
+    results: Any,
+    *,
+    to: Path | None = None,
+    format: str = "state_dict",
+    overwrite: bool = False,
 ) -> ExportedModel:
     """Write ``best/`` (or ``to``) for a sweep of the user's code: the best trial's model,
     rebuilt by its factory, or its checkpoint as saved (``format``: state_dict only)."""
     if format != "state_dict":
         raise TunerError(f"--format {format}: a sweep of your own code exports state_dict only")
-    to = Path(to or paths.best)
+    to = Path(to or folder.best)
     check_destination(to, overwrite=overwrite)
-    best, checkpoint, val_metrics = best_trial_checkpoint(results, paths, sweep, required=sweep.has_model)
-    return _export(sweep, paths, best, checkpoint, val_metrics, to=to, overwrite=overwrite)
+    best, checkpoint, val_metrics = best_trial_checkpoint(results, folder, sweep, required=sweep.has_model)
+    return _export(sweep, folder, best, checkpoint, val_metrics, to=to, overwrite=overwrite)
 
 
 def exporter(sweep: Any) -> Any:
@@ -54,7 +60,7 @@ def exporter(sweep: Any) -> Any:
 
 
 def _export(
-    sweep: Any, paths: Any, best: Any, checkpoint: Any, val_metrics: dict[str, Any], *, to: Path, overwrite: bool
+    sweep: Any, folder: Any, best: Any, checkpoint: Any, val_metrics: dict[str, Any], *, to: Path, overwrite: bool
 ) -> ExportedModel:
     sampled = {k: _plain(v) for k, v in best.config.items()}
     reported = {k: float(val_metrics[k]) for k in records.trial_metrics(val_metrics)}
@@ -75,35 +81,39 @@ def _export(
     }
     if checkpoint is None:  # the function saved none: the record of its best epoch only
         config["predict"] = "not available: the sweep names no model.factory to rebuild the model"
-        write_package(to, None, config, metrics, overwrite=overwrite, code=_code(sweep, paths))
+        write_package(to, None, config, metrics, overwrite=overwrite, code=_code(sweep, folder))
         return ExportedModel(None, config, metrics)
-    with checkpoint.as_directory() as folder:
-        folder = Path(folder)
+    with checkpoint.as_directory() as checkpoint_dir:
+        checkpoint_dir = Path(checkpoint_dir)
         if not sweep.has_model:
             config["predict"] = "not available: the sweep names no model.factory to rebuild the model"
-            write_package(to, None, config, metrics, overwrite=overwrite, checkpoint=folder, code=_code(sweep, paths))
+            write_package(
+                to, None, config, metrics, overwrite=overwrite, checkpoint=checkpoint_dir, code=_code(sweep, folder)
+            )
             return ExportedModel(None, config, metrics)
-        return _export_model(sweep, paths, folder, config, metrics, sampled, to=to, overwrite=overwrite)
+        return _export_model(sweep, folder, checkpoint_dir, config, metrics, sampled, to=to, overwrite=overwrite)
 
 
-def _export_model(sweep, paths, folder: Path, config, metrics, sampled, *, to: Path, overwrite: bool) -> ExportedModel:
+def _export_model(
+    sweep, folder, checkpoint_dir: Path, config, metrics, sampled, *, to: Path, overwrite: bool
+) -> ExportedModel:
     from tuner.data.planning import held_out
     from tuner.models.build import build_model
 
-    weights = folder / MODEL_FILE
+    weights = checkpoint_dir / MODEL_FILE
     if not weights.is_file():
-        saved = ", ".join(sorted(p.name for p in folder.iterdir() if p.name != CHECKPOINT_RECORD)) or "nothing"
+        saved = ", ".join(sorted(p.name for p in checkpoint_dir.iterdir() if p.name != CHECKPOINT_RECORD)) or "nothing"
         raise TunerError(
-            f"{paths.where}: the best checkpoint holds {saved} but no {MODEL_FILE}; to export through model.factory, "
+            f"{folder.where}: the best checkpoint holds {saved} but no {MODEL_FILE}; to export through model.factory, "
             f"save the model's state dict as {MODEL_FILE} in the checkpoint folder you report"
         )
-    code = code_folder(sweep, paths)
+    code = code_folder(sweep, folder)
     # The trial's values that the factory's signature takes (the function built its model so).
     function = names.load(sweep.model.factory, code, field="model.factory")
     taken = names.accepted_keywords(function, [k for k in sampled if k not in DATA_KEYWORDS])
     options = {**sweep.model.model_dump(exclude={"name"}), **{k: sampled[k] for k in taken}}
-    held = held_out(sweep.data, seed=sweep.seed, folder=paths) if sweep.uses_data else None
-    recorded = records.read_data_description(paths)
+    held = held_out(sweep.data, seed=sweep.seed, folder=folder) if sweep.uses_data else None
+    recorded = records.read_data_description(folder)
     described = recorded["data"] if recorded else held.describe() if held is not None else None
     shape = described or {"channels": 3, "num_classes": 0, "size": 0}
     model = build_model(
@@ -127,5 +137,5 @@ def _export_model(sweep, paths, folder: Path, config, metrics, sampled, *, to: P
     return exported
 
 
-def _code(sweep: Any, paths: Any) -> Path | None:
-    return paths.code if paths.code.is_dir() else None
+def _code(sweep: Any, folder: Any) -> Path | None:
+    return folder.code if folder.code.is_dir() else None

@@ -148,7 +148,7 @@ def _facts(sweep: Sweep) -> str:
         ),
         ("best", f"{best(reported):.4f}" if reported else "-"),
         ("epochs spent", f"{spent} of at most {sweep.config.total_trials * sweep.config.max_epochs}"),
-        ("folder", sweep.paths.where),
+        ("folder", sweep.folder.where),
     ]
     return (
         '<table class="facts">'
@@ -257,10 +257,11 @@ def write(sweeps: list[Sweep], out: Path) -> list[Path]:
 
 def default_out(sweeps: list[Sweep]) -> Path:
     first = sweeps[0]
-    if first.paths.remote:
+    if first.folder.remote:
         raise TunerError(
-            f"report: {first.paths.remote} is a storage URI; give --out DIR for the report (it is logged to MLflow too)"
+            f"report: {first.folder.remote} is a storage URI; "
+            "give --out DIR for the report (it is logged to MLflow too)"
         )
     if len(sweeps) == 1:
-        return first.paths.root / "report"
-    return first.paths.root / "report" / f"vs-{sweeps[1].label}"
+        return first.folder.root / "report"
+    return first.folder.root / "report" / f"vs-{sweeps[1].label}"

@@ -23,7 +23,7 @@ class Sweep:
     """What the report reads of one sweep folder."""
 
     config: SweepConfig
-    paths: SweepFolder
+    folder: SweepFolder
     label: str  # the folder's name: <name>, or <name>-2 for a second run
     trials: list[TrialSummary]
     histories: dict[str, list[dict[str, Any]]]
@@ -47,26 +47,28 @@ class Sweep:
 
 
 def read(folder: str | Path) -> Sweep:
-    config, paths = open_sweep(folder)
-    histories = records.trial_histories(paths)
-    trials = trial_summaries(config, paths, histories)
+    config, sweep_folder = open_sweep(folder)
+    histories = records.trial_histories(sweep_folder)
+    trials = trial_summaries(config, sweep_folder, histories)
     # As results.best_trial: not the history of a trial lost in a crash before Tune saved it.
     saved = {t.trial_id for t in trials}
     histories = {k: v for k, v in histories.items() if k in saved}
     # Trials that started (a running one may not have reported yet); not those still waiting.
     trials = [t for t in trials if t.trial_id in histories or t.status in ("errored", "running", "interrupted")]
     if not trials:
-        raise TunerError(f"{paths.where}: no trial of sweep {config.name!r} has reported an epoch yet; nothing to show")
+        raise TunerError(
+            f"{sweep_folder.where}: no trial of sweep {config.name!r} has reported an epoch yet; nothing to show"
+        )
     specs = config.flat_specs()
     return Sweep(
         config=config,
-        paths=paths,
-        label=remote.name(paths.remote) if paths.remote else paths.root.name,
+        folder=sweep_folder,
+        label=remote.name(sweep_folder.remote) if sweep_folder.remote else sweep_folder.root.name,
         trials=sorted(trials, key=lambda t: t.trial_id),
         histories=histories,
-        timeline=records.read_timeline(paths),
+        timeline=records.read_timeline(sweep_folder),
         searched={name: spec for name, spec in specs.items() if spec.kind != "constant"},
-        finished=(paths.best / "metrics.json").is_file(),
+        finished=(sweep_folder.best / "metrics.json").is_file(),
         now=time.time(),
     )
 

@@ -37,28 +37,30 @@ def open_sweep(folder: str | Path) -> tuple[SweepConfig, SweepFolder]:
 
     A folder at a storage URI is read through a working copy of tuner's records
     (tuner/folder/remote.py), removed when the command ends."""
-    paths = SweepFolder.open(folder)
+    sweep_folder = SweepFolder.open(folder)
     # The folder's own name may be <name>-2 (a second run); the sweep's name stays.
     # The user's code it ran is its code/ (kept when it began), imported by the trials of a resume.
-    kept_code = [f"code_dir={paths.code}"] if not paths.remote and paths.code.is_dir() else []
-    sweep = load_sweep(str(paths.config), [f"output_dir={paths.output_dir}", *kept_code], import_code=False)
-    return sweep, paths
+    kept_code = [f"code_dir={sweep_folder.code}"] if not sweep_folder.remote and sweep_folder.code.is_dir() else []
+    sweep = load_sweep(
+        str(sweep_folder.config), [f"output_dir={sweep_folder.output_dir}", *kept_code], import_code=False
+    )
+    return sweep, sweep_folder
 
 
-def analysis(sweep: SweepConfig, paths: SweepFolder) -> Any:
+def analysis(sweep: SweepConfig, folder: SweepFolder) -> Any:
     from ray.tune import ExperimentAnalysis
 
-    if paths.remote:
-        names = [f for f in remote.list_files(paths.tune_uri) if re.fullmatch(r"experiment_state.*\.json", f)]
-        states = [remote.join(paths.tune_uri, f) for f in sorted(names)]
+    if folder.remote:
+        names = [f for f in remote.list_files(folder.tune_uri) if re.fullmatch(r"experiment_state.*\.json", f)]
+        states = [remote.join(folder.tune_uri, f) for f in sorted(names)]
     else:
-        states = [str(p) for p in sorted(paths.tune.glob("experiment_state*.json"))]
+        states = [str(p) for p in sorted(folder.tune.glob("experiment_state*.json"))]
     if not states:
-        raise TunerError(f"{paths.where}: no Tune experiment state in {paths.tune_uri}; did the sweep start?")
+        raise TunerError(f"{folder.where}: no Tune experiment state in {folder.tune_uri}; did the sweep start?")
     # A trial that has not reported yet has no result file: Tune warns of each; it is no news here.
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     try:
-        return ExperimentAnalysis(paths.tune_uri, default_metric=sweep.metric, default_mode=sweep.mode)
+        return ExperimentAnalysis(folder.tune_uri, default_metric=sweep.metric, default_mode=sweep.mode)
     except Exception as error:  # Tune's loader raises whatever its parser met
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise TunerError(
@@ -77,17 +79,17 @@ class _SavedTrial:
     tune_trial: Any = None
 
 
-def saved_trials(sweep: SweepConfig, paths: SweepFolder) -> list[_SavedTrial]:
+def saved_trials(sweep: SweepConfig, folder: SweepFolder) -> list[_SavedTrial]:
     """Every trial of the sweep: of its first Tune experiment, then of each ``tuner extend``'s."""
-    return [trial for part in paths.parts() for trial in _saved_trials_of(sweep, part)]
+    return [trial for part in folder.parts() for trial in _saved_trials_of(sweep, part)]
 
 
-def _saved_trials_of(sweep: SweepConfig, paths: SweepFolder) -> list[_SavedTrial]:
+def _saved_trials_of(sweep: SweepConfig, folder: SweepFolder) -> list[_SavedTrial]:
     """The trials of Tune's newest experiment state, read as JSON: without importing Ray
     (over a second by itself) or loading every trial's result files, as Tune's
     ``ExperimentAnalysis`` does (minutes at thousands of trials). A remote sweep, or a
     state this reader does not know, goes through ``ExperimentAnalysis``."""
-    states = [] if paths.remote else sorted(paths.tune.glob("experiment_state*.json"))
+    states = [] if folder.remote else sorted(folder.tune.glob("experiment_state*.json"))
     try:
         saved = json.loads(states[-1].read_text())["trial_data"] if states else None
         trials = []
@@ -98,7 +100,7 @@ def _saved_trials_of(sweep: SweepConfig, paths: SweepFolder) -> list[_SavedTrial
                 raise ValueError("a config Tune pickled")
             error = metadata.get("error_filename") or "error.txt"
             trials.append(
-                _SavedTrial(trial["trial_id"], trial["status"], config, paths.tune / trial["relative_logdir"] / error)
+                _SavedTrial(trial["trial_id"], trial["status"], config, folder.tune / trial["relative_logdir"] / error)
             )
         if saved is not None:
             return trials
@@ -106,18 +108,18 @@ def _saved_trials_of(sweep: SweepConfig, paths: SweepFolder) -> list[_SavedTrial
         pass
     return [
         _SavedTrial(trial.trial_id, trial.status, dict(trial.config), None, trial)
-        for trial in analysis(sweep, paths).trials
+        for trial in analysis(sweep, folder).trials
     ]
 
 
 def trial_summaries(
-    sweep: SweepConfig, paths: SweepFolder, histories: dict[str, list[dict[str, Any]]] | None = None
+    sweep: SweepConfig, folder: SweepFolder, histories: dict[str, list[dict[str, Any]]] | None = None
 ) -> list[TrialSummary]:
     """Every trial Tune saved, with its records; ``histories`` when the caller read them
     already (a thousand trials' files take a quarter of a second to read)."""
-    saved = saved_trials(sweep, paths)
-    histories = records.trial_histories(paths) if histories is None else histories
-    timeline = records.read_timeline(paths)
+    saved = saved_trials(sweep, folder)
+    histories = records.trial_histories(folder) if histories is None else histories
+    timeline = records.read_timeline(folder)
     last_event = {event["trial_id"]: event["event"] for event in timeline if event["event"] != "stall"}
     stalled = records.stall_reasons(timeline)
     running: bool | None = None  # whether a sweep holds the folder now; asked once, if needed
@@ -135,7 +137,7 @@ def trial_summaries(
             # Tune saves a running trial as PENDING (to start it again on restore).
             tune_status = "RUNNING"
         status = _status(tune_status, epochs, sweep.max_epochs)
-        if status == "interrupted" and (running := store.in_use(paths) if running is None else running):
+        if status == "interrupted" and (running := store.in_use(folder) if running is None else running):
             status = "running"
         summaries.append(
             TrialSummary(
@@ -188,23 +190,23 @@ def _status(tune_status: str, epochs: int, max_epochs: int) -> str:
     )
 
 
-def best_trial(sweep: SweepConfig, paths: SweepFolder, summaries: list[TrialSummary]) -> TrialSummary:
+def best_trial(sweep: SweepConfig, folder: SweepFolder, summaries: list[TrialSummary]) -> TrialSummary:
     """The summary of the trial ``tuner.folder.records.best_epoch`` names."""
     in_experiment = {s.trial_id for s in summaries}  # not the history of a trial lost in a crash
-    histories = {k: v for k, v in records.trial_histories(paths).items() if k in in_experiment}
+    histories = {k: v for k, v in records.trial_histories(folder).items() if k in in_experiment}
     best = sweep.best_epoch(histories)
     chosen = next((s for s in summaries if best is not None and s.trial_id == best.trial_id), None)
     if chosen is None:
-        raise TunerError(f"{paths.where}: no trial of sweep {sweep.name!r} has reported {sweep.metric} yet")
+        raise TunerError(f"{folder.where}: no trial of sweep {sweep.name!r} has reported {sweep.metric} yet")
     return chosen
 
 
-def result_grid(sweep: SweepConfig, paths: SweepFolder) -> Any:
+def result_grid(sweep: SweepConfig, folder: SweepFolder) -> Any:
     from ray.tune import ResultGrid
 
-    return ResultGrid(analysis(sweep, paths))
+    return ResultGrid(analysis(sweep, folder))
 
 
-def all_results(sweep: SweepConfig, paths: SweepFolder) -> list[Any]:
+def all_results(sweep: SweepConfig, folder: SweepFolder) -> list[Any]:
     """Tune's results of every trial, across the sweep's extensions (``tuner extend``)."""
-    return [result for part in paths.parts() for result in result_grid(sweep, part)]
+    return [result for part in folder.parts() for result in result_grid(sweep, part)]

@@ -27,12 +27,12 @@ def find_targets(output: Path) -> UiTargets:
     output = output.expanduser().resolve()
     if not output.is_dir():
         raise TunerError(f"{output}: no such folder; give an output folder such as runs/ or runs/<sweep name>/")
-    paths = SweepFolder(output)
-    if paths.mlflow_state.is_file():  # a single sweep
-        uri = read_mlflow_state(paths).get("tracking_uri")
+    folder = SweepFolder(output)
+    if folder.mlflow_state.is_file():  # a single sweep
+        uri = read_mlflow_state(folder).get("tracking_uri")
         if not uri:
-            raise TunerError(f"{paths.mlflow_state}: not a readable MLflow run map (no tracking_uri)")
-        return UiTargets(paths.tune, uri)
+            raise TunerError(f"{folder.mlflow_state}: not a readable MLflow run map (no tracking_uri)")
+        return UiTargets(folder.tune, uri)
     uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{output / 'mlflow.db'}"
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         raise TunerError(f"{output}: no mlflow.db here; run a sweep with output_dir={output} first")

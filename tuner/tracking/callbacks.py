@@ -47,8 +47,8 @@ class MlflowTrials(Callback):
 
     PROBE_S = 5.0  # while the tracking server is away: how often the writer asks again
 
-    def __init__(self, sweep: SweepConfig, paths: SweepFolder) -> None:
-        self.sweep, self.paths = sweep, paths
+    def __init__(self, sweep: SweepConfig, folder: SweepFolder) -> None:
+        self.sweep, self.folder = sweep, folder
         self.record: SweepRecord | None = None
         self.writer: ThreadPoolExecutor | None = None
         self.writes: list[Future] = []
@@ -69,7 +69,7 @@ class MlflowTrials(Callback):
         )
 
     def _folder(self) -> SweepFolder:
-        return store.current(self.paths)
+        return store.current(self.folder)
 
     def _open(self) -> None:
         self.record = SweepRecord(self.sweep, self._folder())
@@ -177,7 +177,7 @@ class MlflowTrials(Callback):
 
     def _tag_stall(self, trial: Any) -> None:
         """A trial the stall watchdog stopped (tuner/driver/stalls.py): its run says so and why."""
-        reason = records.stall_reasons(records.read_timeline(store.current(self.paths))).get(trial.trial_id)
+        reason = records.stall_reasons(records.read_timeline(store.current(self.folder))).get(trial.trial_id)
         if reason:
             tag = lambda trial_id, config: self.record.client.set_tag(
                 self.record.trial_run(trial_id, config), "tuner.stalled", reason
@@ -216,12 +216,12 @@ class MlflowTrials(Callback):
                 self.record.end_trial(trial_id, config, status)
 
     def __getstate__(self) -> dict[str, Any]:  # the rest is made anew, and reopened in setup()
-        return {"sweep": self.sweep, "paths": self.paths}
+        return {"sweep": self.sweep, "folder": self.folder}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Only these two: a sweep that an earlier tuner pickled lacks the fields added since
         # (the writes kept while the server was away, the next probe, the next flush).
-        self.__init__(state["sweep"], state["paths"])
+        self.__init__(state["sweep"], state["folder"] if "folder" in state else state["paths"])  # before issue 40
 
 
 def _status(trial: Any, max_epochs: int, ended: bool = False) -> str | None:

@@ -53,14 +53,14 @@ def registered_model_name(sweep: SweepConfig) -> str:
 class SweepRecord:
     """The sweep's parent run and the trial -> run map, persisted beside the outputs."""
 
-    def __init__(self, sweep: SweepConfig, paths: SweepFolder):
+    def __init__(self, sweep: SweepConfig, folder: SweepFolder):
         from mlflow.tracking import MlflowClient
 
         self.sweep = sweep
-        self.paths = paths
-        state = records.read_mlflow_state(paths)
+        self.folder = folder
+        state = records.read_mlflow_state(folder)
         self.uri = state.get("tracking_uri") or tracking_uri(sweep)  # a resume keeps its store
-        self.began_in = state.get("folder") or paths.where  # a copied or moved folder says where it began
+        self.began_in = state.get("folder") or folder.where  # a copied or moved folder says where it began
         self.trials: dict[str, str] = state.get("trials", {})
         self.last_step: dict[str, int] = state.get("last_step", {})
         self.model: dict[str, Any] = state.get("model", {})  # what finish() registered (or only logged) last
@@ -103,8 +103,8 @@ class SweepRecord:
         sweep = self.sweep
         run = self.client.create_run(
             self.experiment_id,
-            run_name=self.paths.root.name,  # the folder: a second run of a sweep is <name>-2
-            tags={"tuner.kind": "sweep", "tuner.sweep": sweep.name, "tuner.output": self.paths.where},
+            run_name=self.folder.root.name,  # the folder: a second run of a sweep is <name>-2
+            tags={"tuner.kind": "sweep", "tuner.sweep": sweep.name, "tuner.output": self.folder.where},
         )
         run_id = run.info.run_id
         self.parent_artifacts = run.info.artifact_uri
@@ -122,8 +122,8 @@ class SweepRecord:
         params.update({f"searcher.{k}": v for k, v in sweep.searcher.model_dump().items() if k != "name"})
         params.update({f"scheduler.{k}": v for k, v in sweep.scheduler.model_dump(mode="json").items() if k != "name"})
         _log_params(self.client, run_id, params)
-        if self.paths.config.is_file():
-            self.client.log_artifact(run_id, str(self.paths.config))
+        if self.folder.config.is_file():
+            self.client.log_artifact(run_id, str(self.folder.config))
         return run_id
 
     def save(self) -> None:
@@ -137,7 +137,7 @@ class SweepRecord:
             "last_step": self.last_step,
             "model": self.model,
         }
-        records.write_mlflow_state(self.paths, state)
+        records.write_mlflow_state(self.folder, state)
         self.unsaved, self.saved_at = False, time.monotonic()
 
     def trial_run(self, trial_id: str, config: dict[str, Any]) -> str:
@@ -303,7 +303,7 @@ class SweepRecord:
         version = getattr(mlflow_store.retrying(mlflow_model.register, self.uri, info.model_uri, name), "version", None)
         if version is not None:
             for key, value in (
-                ("sweep", self.paths.root.name),  # the folder: <name>, or <name>-2 for a second run
+                ("sweep", self.folder.root.name),  # the folder: <name>, or <name>-2 for a second run
                 ("trial_id", best["trial_id"]),
                 ("test_accuracy", "none" if best.get("test_accuracy") is None else f"{best['test_accuracy']:.4f}"),
             ):
@@ -317,24 +317,24 @@ class SweepRecord:
         self.client.set_terminated(self.parent_run_id, status="KILLED")
 
 
-def log_report(paths: SweepFolder, files: list[Path], artifact_path: str) -> str | None:
+def log_report(folder: SweepFolder, files: list[Path], artifact_path: str) -> str | None:
     """Log a report's files (tuner/results/report.py) on the sweep's parent run; returns the run
     id, or None for a sweep that recorded no MLflow run.
 
     Where the run's artifacts are a local folder (the default store), the files are
     copied there as MLflow's own local artifact repository does, without importing
     MLflow or opening the store (2-3 s of a report's 5); elsewhere, through MLflow."""
-    state = records.read_mlflow_state(paths)
+    state = records.read_mlflow_state(folder)
     if not state.get("parent_run_id") or not state.get("tracking_uri"):
         return None
     database = state["tracking_uri"].removeprefix("sqlite:///")
     if state["tracking_uri"].startswith("sqlite:///") and not Path(database).is_file():
         # Moved since (mlflow.json names the store where the sweep ran): never make an empty one.
-        raise TunerError(f"the sweep's MLflow store {database} is not there (see {paths.mlflow_state})")
-    folder = _local_folder(state.get("parent_artifacts", ""))
-    if folder is not None and folder.is_dir():
+        raise TunerError(f"the sweep's MLflow store {database} is not there (see {folder.mlflow_state})")
+    artifacts = _local_folder(state.get("parent_artifacts", ""))
+    if artifacts is not None and artifacts.is_dir():
         for path in files:
-            store.write_atomic(folder / artifact_path / path.name, path.read_bytes())
+            store.write_atomic(artifacts / artifact_path / path.name, path.read_bytes())
         return state["parent_run_id"]
     from mlflow.tracking import MlflowClient
 
