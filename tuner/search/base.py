@@ -63,9 +63,9 @@ class Scheduler(Strict):
 class Searcher(Strict):
     """A search algorithm: proposes each trial's parameters."""
 
-    name: str
     # an earlier sweep folder (runs/<sweep>): its finished trials seed the searcher
     warm_start: str | None = None
+    name: str
 
     model_based: ClassVar[bool] = True  # learns from trials (proposes only as many as can run)
     expands_grid: ClassVar[bool] = False  # takes {grid: [...]} values
