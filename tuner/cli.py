@@ -278,35 +278,12 @@ def cmd_extend(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from tuner.cluster.connect import how_to_continue
-    from tuner.driver.progress import hyper_text
     from tuner.results.summaries import best_trial, open_sweep, trial_summaries
+    from tuner.results.tables import trials_table
 
     sweep, folder = open_sweep(args.folder)
     summaries = trial_summaries(sweep, folder)
-    # Tune lists a trial before it starts (and a resumed sweep's unstarted ones as pending);
-    # the searcher has not made the rest yet: pending too.
-    started = sum(trial.status != "pending" for trial in summaries)
-    pending = max(0, sweep.total_trials - started)
-    print(
-        f"sweep {sweep.name}: {started} of {sweep.total_trials} trial(s) started"
-        f"{f' ({pending} pending)' if pending else ''}; {sweep.mode}imise {sweep.metric}"
-    )
-    searched = [name for name, spec in sweep.flat_specs().items() if spec.kind != "constant"]
-    print(
-        f"{'trial':<14}{'status':<15}{'epochs':>7}{'best ' + sweep.metric:>20}{'at epoch':>10}"
-        + ("  hyperparameters" if searched else "")
-    )
-    for trial in summaries:
-        value = f"{trial.best_value:.4f}" if trial.best_value is not None else "-"
-        hyper = f"  {hyper_text(trial.config, searched)}" if searched else ""
-        print(f"{trial.trial_id:<14}{trial.status:<15}{trial.epochs:>7}{value:>20}{trial.best_epoch or '-':>10}{hyper}")
-    counts: dict[str, int] = {}
-    for trial in summaries:
-        counts[trial.status] = counts.get(trial.status, 0) + 1
-    print("  " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
-    for trial in summaries:
-        if trial.error:
-            print(f"  {trial.trial_id} errored: {trial.error}")
+    print("\n".join(trials_table(sweep, summaries)))
     if any(t.best_value is not None for t in summaries):
         best = best_trial(sweep, folder, summaries)
         print(f"best so far: {best.trial_id} at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}")
@@ -319,6 +296,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_best(args: argparse.Namespace) -> int:
     from tuner.results.summaries import best_trial, open_sweep, trial_summaries
+    from tuner.results.tables import short
 
     sweep, folder = open_sweep(args.folder)
     best = best_trial(sweep, folder, trial_summaries(sweep, folder))
@@ -327,7 +305,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     )
     print("hyperparameters:")
     for key, value in best.config.items():
-        print(f"  {key}: {_short(value)}")
+        print(f"  {key}: {short(value)}")
     exported = folder.best / "metrics.json"
     if exported.is_file():
         from tuner.folder.store import read_json
@@ -346,6 +324,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tuner.results import export
     from tuner.results.export_own import exporter
     from tuner.results.summaries import all_results, open_sweep
+    from tuner.results.tables import score_on_test
 
     sweep, folder = open_sweep(args.folder)
     if folder.remote and not args.to:
@@ -363,7 +342,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     metrics = exported.metrics
     print(
         f"exported trial {metrics['trial_id']} at epoch {metrics['epoch']} ({args.format}) to {to}: "
-        f"{sweep.metric}={metrics[sweep.metric]:.4f}, {_test_score(metrics, sweep)}"
+        f"{sweep.metric}={metrics[sweep.metric]:.4f}, {score_on_test(metrics, sweep)}"
     )
     return 0
 
@@ -464,14 +443,12 @@ def _best_where(folder: Any) -> str:
 
 
 def _print_outcome(sweep: Any, metrics: dict[str, Any], folder: Any, *, smoke: bool = False) -> None:
+    from tuner.results.tables import best_lines
+
     best = folder.best
-    print(
-        f"\nbest trial {metrics['trial_id']} at epoch {metrics['epoch']}: "
-        f"{sweep.metric}={metrics[sweep.metric]:.4f}, {_test_score(metrics, sweep)}"
-    )
     hyper = yaml.safe_load((best / "config.yaml").read_text())["hyperparameters"]
-    if hyper:  # nothing searched: no line
-        print("  hyperparameters: " + ", ".join(f"{k}={_short(v)}" for k, v in hyper.items()))
+    print()
+    print("\n".join(best_lines(sweep, metrics, hyper)))
     print(f"  exported to {_best_where(folder)}")
     if stalled := _stalled(folder):
         print(f"  stalled: {stalled}; their threads' stacks: tune/<trial>/stall-stacks.txt")
@@ -527,16 +504,6 @@ def _stalled(folder: Any) -> str:
     )
 
 
-def _test_score(metrics: dict[str, Any], sweep: Any) -> str:
-    if "test_images" not in metrics:
-        return "no test score (no model to score: predict needs a model.factory)"
-    if metrics.get("test_accuracy") is None:
-        spark = sweep.uses_data and sweep.data.dataset == "spark"
-        where = "data.spark.test_fraction, or test rows in its split_column" if spark else "add test/ beside train/"
-        return f"no test score (the data have no test split: {where})"
-    return f"test_accuracy={metrics['test_accuracy']:.4f} on {metrics['test_images']} test images"
-
-
 def _shown(path: Any) -> str:
     """A folder as the user would type it: relative to the working directory when inside it."""
     from pathlib import Path
@@ -545,10 +512,6 @@ def _shown(path: Any) -> str:
         return str(Path(path).relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _stdout_reader_gone() -> bool:
