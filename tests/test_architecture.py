@@ -49,6 +49,7 @@ def test_tuner_reads_no_test_switch_from_the_environment():
 def test_every_package_says_what_it_holds():
     packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
     assert packages == [
+        "cli",
         "cluster",
         "data",
         "driver",

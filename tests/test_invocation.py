@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from tuner import cli
+from tuner.cli import running
 from tuner.folder.store import SweepFolder
 from tuner.invocation import tuner_command
 
@@ -64,14 +64,14 @@ def test_the_command_runs_from_a_shell_without_the_venv_on_path():
 def test_the_outcome_suggests_commands_that_start_with_it(tmp_path, capsys, monkeypatch):
     from tuner.sweepfile.load import load_sweep
 
-    monkeypatch.setattr(cli, "tuner_command", lambda: "/opt/env/bin/python -m tuner")
+    monkeypatch.setattr(running, "tuner_command", lambda: "/opt/env/bin/python -m tuner")
     monkeypatch.chdir(tmp_path)
     sweep = load_sweep("mnist_asha", [f"output_dir={tmp_path / 'runs'}"])
     folder = SweepFolder(tmp_path / "runs" / "mnist_asha")
     folder.best.mkdir(parents=True)
     (folder.best / "config.yaml").write_text(yaml.safe_dump({"hyperparameters": {"lr": 0.002}}))
     metrics = {"trial_id": "a1b2c_00000", "epoch": 2, "val_accuracy": 0.9, "test_accuracy": 0.88, "test_images": 10}
-    cli._print_outcome(sweep, metrics, folder)
+    running._print_outcome(sweep, metrics, folder)
     lines = capsys.readouterr().out.splitlines()
     assert "  look further: /opt/env/bin/python -m tuner report runs/mnist_asha   (plots of the sweep" in lines[-3]
     assert "                /opt/env/bin/python -m tuner ui runs   (TensorBoard and MLflow UIs)" in lines
