@@ -7,9 +7,10 @@
     results.best            # the best trial's metrics at its best epoch (best/metrics.json)
     results.export_path     # best/: the exported model (or checkpoint)
     model = results.load_model()  # the exported model, ready to predict
+    print(results)          # the trials and the best, as tuner status and tuner sweep print them
 
 ``run`` takes a sweep file (a bare name is looked up in experiments/) or a dict with the
-same sections; ``tuner.load(folder)`` reads a sweep that ran before.
+same sections; ``tuner.open_results(folder)`` reads a sweep that ran before.
 """
 
 from __future__ import annotations
@@ -41,9 +42,6 @@ class Results:
         """One row per trial: id, status, epochs, best epoch and value, error, its values."""
         import pandas as pd
 
-        from tuner.folder.store import SweepFolder
-        from tuner.results.summaries import trial_summaries
-
         rows = [
             {
                 "trial_id": s.trial_id,
@@ -54,7 +52,7 @@ class Results:
                 "error": s.error,
                 **s.config,
             }
-            for s in trial_summaries(self._sweep, SweepFolder.open(self.folder))
+            for s in self._summaries()
         ]
         return pd.DataFrame(rows)
 
@@ -68,6 +66,22 @@ class Results:
 
         histories = records.trial_histories(SweepFolder.open(self.folder))
         return pd.DataFrame([row for rows in histories.values() for row in rows])
+
+    def __str__(self) -> str:
+        """The trials as ``tuner status`` lists them; then, once exported, the best trial as
+        ``tuner sweep`` ends with it."""
+        from tuner.results.tables import best_lines, trials_table
+
+        lines = trials_table(self._sweep, self._summaries())
+        if self.best:
+            lines += ["", *best_lines(self._sweep, self.best, self.hyperparameters)]
+        return "\n".join(lines)
+
+    def _summaries(self) -> list[Any]:
+        from tuner.folder.store import SweepFolder
+        from tuner.results.summaries import trial_summaries
+
+        return trial_summaries(self._sweep, SweepFolder.open(self.folder))
 
     def load_model(self) -> Any:
         """The exported model (tuner.results.export.ExportedModel: ``.model``, ``.predict``)."""

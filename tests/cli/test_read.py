@@ -78,3 +78,19 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     assert first.startswith(b"sweep mnist_asha: ")
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr and stderr == ""
+
+
+def test_results_show_the_table_that_status_prints(tmp_path, capsys):
+    """``print(results)`` in Python and ``tuner status`` share one table (tuner/results/tables.py)."""
+    import tuner
+
+    folder = _made_up_folder(tmp_path, [("TERMINATED", 3), ("TERMINATED", 1), ("ERROR", 1)], num_samples=3)
+    shown = str(tuner.open_results(folder)).splitlines()
+    assert main(["status", str(folder)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert shown == printed[: len(shown)]
+    assert shown[-2:] == [
+        "  1 errored, 1 finished, 1 stopped_early",
+        "  a1b2c_00002 errored: (Tune recorded no reason)",
+    ]
+    assert printed[len(shown)].startswith("best so far: a1b2c_00002 at epoch 1")  # not exported: no best lines

@@ -130,3 +130,24 @@ def test_resuming_a_finished_sweep_says_so_without_starting_ray(tmp_path, capsys
     # An errored trial is what resume retries: that one goes on to Ray.
     with pytest.raises(AssertionError, match="Ray started"):
         main(["resume", str(_ended(tmp_path / "errored", "ERROR"))])
+
+
+def test_results_end_with_the_best_as_a_sweep_ends(tmp_path, capsys, monkeypatch):
+    """``print(results)`` ends with the lines ``sweep``, ``resume`` and ``extend`` print for the
+    exported trial (tuner/results/tables.py)."""
+    import tuner
+    import tuner.driver.sweep as driver
+
+    monkeypatch.setattr(driver, "start_ray", lambda *args, **kwargs: pytest.fail("Ray started"))
+    folder = _ended(tmp_path, "TERMINATED")
+    shown = str(tuner.open_results(folder)).splitlines()
+    best = [
+        "best trial ecd7e_00000 at epoch 1: val_accuracy=0.3500, test_accuracy=0.3400 on 10 test images",
+        "  hyperparameters: lr=0.0081",
+    ]
+    assert shown[-3:] == ["", *best]
+    assert shown[0] == "sweep made-by-0.1: 1 of 1 trial(s) started; maximise val_accuracy"
+    assert main(["resume", str(folder)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    at = printed.index(best[0])
+    assert printed[at - 1 : at + 2] == ["", *best]
