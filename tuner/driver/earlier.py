@@ -43,7 +43,7 @@ HOMES = (
     "tuner.sweepfile.schema",
     "tuner.sweepfile.sections",
     "tuner.data.config",
-    "tuner.search.registry",
+    "tuner.search.registry",  # every scheduler's and searcher's section, by its class name
     "tuner.search.base",
     "tuner.search.optuna_searcher",
 )
@@ -99,10 +99,6 @@ def _found_in_homes(name: str) -> Any:
         found = getattr(importlib.import_module(home), name, None)
         if found is not None:
             return found
-    registry = importlib.import_module("tuner.search.registry")  # a scheduler or searcher section
-    for kind in (*registry.SCHEDULERS.values(), *registry.SEARCHERS.values()):
-        if kind.__name__ == name:
-            return kind
     raise AttributeError(f"no tuner module has {name!r} now")
 
 

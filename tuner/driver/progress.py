@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from tuner.console import SAYING
+from tuner.results.tables import values_text
 
 ENDED = ("TERMINATED", "ERROR")
 
@@ -306,5 +307,4 @@ def _duration(seconds: float) -> str:
 
 def hyper_text(config: dict[str, Any], searched: list[str] | None = None) -> str:
     """``optimizer=sgd, momentum=0.9227, lr=0.0075``: the searched names a trial got (None: all)."""
-    shown = {k: v for k, v in config.items() if searched is None or k in searched}
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+    return values_text({k: v for k, v in config.items() if searched is None or k in searched})
