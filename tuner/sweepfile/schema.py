@@ -50,6 +50,13 @@ class SweepConfig(Strict):
     # instead of tuner's loop; model.factory names a model of the user's for either.
     trainable: str | None = None  # my_train:train, called as train(params, context)
     command: list[str] | None = Field(None, min_length=1)  # ["python", "train.py", "--lr", "{lr}"]
+    # The lines of a command's output that are reports, as regexes with named groups (Katib's
+    # metricsFormat): "Epoch (?P<epoch>\d+)/\d+ - loss: (?P<loss>\S+) - val_acc: (?P<val_acc>\S+)".
+    # None: JSON objects and name=value pairs (tuner/trial/command.py).
+    metric_pattern: str | list[str] | None = None
+    # An Optuna objective, unchanged: my_study:objective, called as objective(trial); its
+    # trial.suggest_* calls are the space (define-by-run), its return value the metric.
+    objective: str | None = None
     code_dir: str | None = None  # the folder the user's modules are in; None: the sweep file's
     seed: int = 0
     output_dir: str = "runs"  # the sweep writes to <output_dir>/<name>/
@@ -195,8 +202,8 @@ class SweepConfig(Strict):
 
     @property
     def own_loop(self) -> bool:
-        """A user's training function or command runs each trial, not tuner's loop."""
-        return self.trainable is not None or self.command is not None
+        """A user's training function, command or objective runs each trial, not tuner's loop."""
+        return self.trainable is not None or self.command is not None or self.objective is not None
 
     @property
     def uses_data(self) -> bool:

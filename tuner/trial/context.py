@@ -20,18 +20,28 @@ set up; every rank calls ``report``, rank 0's metrics and checkpoint count.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from tuner.errors import TunerError
 
 CHECKPOINT_RECORD = "tuner-checkpoint.json"  # the epoch and trial a user's checkpoint is from
+
+_current: Context | None = None  # the trial this process runs the user's code for (``current``)
+
+
+def current() -> Context | None:
+    """The ``Context`` of the trial whose user code runs in this process now, or None (no
+    tuner trial runs it). What a callback that takes no arguments reports through
+    (tuner.integrations), and what Ray Tune's and Optuna's calls are answered by."""
+    return _current
 
 
 class TrialCodeError(TunerError):
@@ -64,6 +74,16 @@ class Context:
         self.checkpoint = checkpoint  # a local copy of the checkpoint folder to resume from, or None
         self.start_epoch = start_epoch  # epochs reported before that checkpoint (0 for a fresh start)
         self.reports = 0  # reports made by this (re)start
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Context]:
+        """While the user's code runs: ``current()`` is this context."""
+        global _current
+        before, _current = _current, self
+        try:
+            yield self
+        finally:
+            _current = before
 
     @property
     def device(self) -> torch.device:

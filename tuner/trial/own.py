@@ -52,15 +52,16 @@ def run_own(loop: LoopSettings, session: Session, own: OwnLoop, code_folder: Pat
             start_epoch=checkpoint_start(checkpoint),
             timing={"entered_at": loop.entered_at, "first_step_at": time.time()},
         )
-        if own.command is not None:
-            from tuner.trial import command
+        with context.running():  # tuner.trial.context.current() is this trial's context
+            if own.command is not None:
+                from tuner.trial import command
 
-            command.run(context, list(own.command), loop.model_options, code_folder)
-            return
-        from tuner.usercode import names
+                command.run(context, list(own.command), loop.model_options, code_folder)
+                return
+            from tuner.usercode import names
 
-        function = names.load(own.trainable, None, field="trainable")  # the snapshot is first on the path
-        function(dict(loop.model_options), context)
+            function = names.load(own.trainable, None, field="trainable")  # the snapshot is first on the path
+            function(dict(loop.model_options), context)
         if context.reports == 0:
             raise TrialCodeError(f"{own.source} returned before its first report")
 
