@@ -19,13 +19,15 @@ from tuner.sweepfile.load import load_sweep
 
 CODE = {
     "my_train.py": "def train(params, context):\n    context.report({'score': params['x']})\n\n"
-    "def one_argument(params):\n    pass\n\nNOT_A_FUNCTION = 3\n",
+    "def three_arguments(params, context, more):\n    pass\n\nNOT_A_FUNCTION = 3\n",
     "broken.py": "import math\nvalue = undefined_name + 1\n",
     "needs_missing.py": "import a_package_nobody_installed\n",
     "my_models.py": "from torch import nn\n\n"
     "def build(width=8, num_classes=10, in_channels=1):\n    return nn.Linear(in_channels * 784, num_classes)\n\n"
     "def only_width(width):\n    return nn.Linear(784, 10)\n",
     "train.py": "print('val_accuracy=0.5')\n",
+    "study.py": "def objective(trial):\n    return trial.suggest_float('x', 0, 1)\n\n"
+    "def no_trial():\n    return 1.0\n",
 }
 
 
@@ -46,12 +48,35 @@ BAD = [
     Bad("no_such_module", "name: x\ntrainable: my_trian:train\nmetric: s\nmode: max\n", 2,
         r"trainable: 'my_trian:train': no module 'my_trian' in .*$"),
     Bad("name_not_in_module", "trainable: my_train:trian\nmetric: s\nmode: max\n", 1,
-        r"trainable: 'my_train:trian': module 'my_train' has no 'trian' \(it has: one_argument, train\)$"),
+        r"trainable: 'my_train:trian': module 'my_train' has no 'trian' \(it has: three_arguments, train\)$"),
     Bad("not_a_function", "trainable: my_train:NOT_A_FUNCTION\nmetric: s\nmode: max\n", 1,
         r"trainable: 'my_train:NOT_A_FUNCTION' is a int, not a function$"),
-    Bad("function_with_the_wrong_signature", "trainable: my_train:one_argument\nmetric: s\nmode: max\n", 1,
-        r"trainable: 'my_train:one_argument' has the signature \(params\), which cannot take 2 positional "
-        r"arguments: too many positional arguments$"),
+    Bad("function_with_the_wrong_signature", "trainable: my_train:three_arguments\nmetric: s\nmode: max\n", 1,
+        r"trainable: 'my_train:three_arguments' has the signature \(params, context, more\), which cannot take 1 "
+        r"positional argument: missing a required argument: 'context'; a training function is train\(params, "
+        r"context\), or train\(config\) as Ray Tune calls it$"),
+    # an Optuna objective (objective:), whose space is its trial.suggest_* calls
+    Bad("objective_and_the_files_space", "objective: study:objective\nmode: min\nspace:\n  params:\n    x: 1\n", 4,
+        r"space\.params: an objective's space is its own trial\.suggest_\* calls, but the file also searches x; "
+        r"remove space\.params \(give a constant to your code as Optuna would: in the objective\)$"),
+    Bad("objective_and_a_trainable", "objective: study:objective\ntrainable: my_train:train\nmode: min\n", 1,
+        r"objective: a trial runs an objective, a training function or a command, but the file gives the objective "
+        r"'study:objective' and trainable 'my_train:train'$"),
+    Bad("objective_without_mode", "objective: study:objective\n", 1,
+        r"metric: 'value' is your code's own; say whether it is best at max or min \(mode: max or mode: min\)$"),
+    Bad("objective_with_a_searcher_that_cannot_answer", "objective: study:objective\nmode: min\nsearcher: {name: hyperopt}\n",
+        3, r"searcher\.name: an objective's trial\.suggest_\* calls are answered by an Optuna sampler, which searcher "
+        r"'hyperopt' is not; use random or optuna \(or auto\)$"),
+    Bad("objective_with_a_scheduler_that_restarts_trials",
+        "objective: study:objective\nmode: min\nscheduler: {name: hyperband}\ntrain: {epochs: 9}\n", 3,
+        r"scheduler\.name: scheduler 'hyperband' restarts trials from their checkpoints, which an objective does not "
+        r"keep; use fifo, asha, median or pruner$"),
+    Bad("pruner_without_an_objective", "trainable: my_train:train\nmetric: s\nmode: max\nscheduler: {name: pruner}\n", 4,
+        r"scheduler\.name: 'pruner' answers an Optuna objective's trial\.should_prune\(\), but the file has no "
+        r"objective; use asha or median for a trainable or command$"),
+    Bad("objective_that_takes_no_trial", "objective: study:no_trial\nmode: min\n", 1,
+        r"objective: 'study:no_trial' has the signature \(\), which cannot take 1 positional argument: too many "
+        r"positional arguments$"),
     Bad("not_a_reference", "trainable: my_train.train\nmetric: s\nmode: max\n", 1,
         r"trainable: expected 'module:function' \(e\.g\. 'my_models:build'\), but got 'my_train\.train'$"),
     Bad("factory_does_not_take_an_option", "model:\n  factory: my_models:build\n  depth: 3\n", 2,
@@ -81,8 +106,6 @@ BAD = [
         r"command: script 'trian\.py' is not in the code folder .* \(set code_dir\)$"),
     Bad("command_program_missing", "command: [no-such-program-here, x]\n", 1,
         r"command: program 'no-such-program-here' is neither on the PATH nor in the code folder .*$"),
-    Bad("command_with_several_workers", "command: [python, train.py]\nscaling:\n  workers: 2\n", 3,
-        r"scaling\.workers: a command runs as one process per trial, but scaling\.workers is 2; .*$"),
     Bad("code_dir_missing", "trainable: my_train:train\nmetric: s\nmode: max\ncode_dir: nowhere\n", 4,
         r"code_dir: '.*nowhere' is not a folder$"),
     Bad("unknown_torchvision_builder", "model:\n  name: torchvision:resnet5\n", 2,

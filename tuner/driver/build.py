@@ -23,7 +23,7 @@ def build_tuner(
     from ray import tune
 
     from tuner.driver import earlier
-    from tuner.driver.callbacks import ProgressCallback, SpareCores, SweepRecords
+    from tuner.driver.callbacks import ProgressCallback, SpareCores, StudyTrials, SweepRecords
     from tuner.driver.leftovers import LeftoverGroups
     from tuner.driver.stalls import StallWatch
     from tuner.search import registry, spaces
@@ -32,6 +32,11 @@ def build_tuner(
     from tuner.trial.session import TrialHooks
 
     sweep, folder, restore = run.sweep, run.folder, run.resume
+    study = None
+    if sweep.objective is not None:  # the study that answers the objective's trial.suggest_* calls
+        from tuner.search import define_by_run
+
+        study = define_by_run.start(sweep, folder)
     setup = TrialSetup.of(
         sweep,
         use_gpu=use_gpu,
@@ -40,6 +45,7 @@ def build_tuner(
         streamed=streamed,
         code=run.code,
         trials_dir=None if folder.remote else str(folder.tune),
+        study=study,
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
@@ -47,6 +53,7 @@ def build_tuner(
     )
     keep = None if sweep.scheduler.clones_checkpoints else sweep.checkpoint.keep  # PBT clones old ones
     callbacks = [
+        *([StudyTrials(study)] if study is not None else []),  # first: the others read what it puts in config
         SweepRecords(folder, keep, sweep.metric, sweep.mode),
         TensorBoardEvents(),
         *([MlflowTrials(sweep, folder)] if sweep.tracking.mlflow.enabled else []),
@@ -118,7 +125,8 @@ def build_tuner(
             ),
             failure_config=tune.FailureConfig(max_failures=sweep.trials.max_failures),
             # tuner's loop ends at train.epochs by itself; a user's function or command is ended there
-            stop={"training_iteration": sweep.train.epochs} if sweep.own_loop else None,
+            # (an objective ends itself, as in an Optuna study; asha's or median's max_t may end it sooner)
+            stop={"training_iteration": sweep.train.epochs} if sweep.own_loop and not sweep.objective else None,
             callbacks=callbacks,
             verbose=0 if reporter is not None else 1,  # tuner's own view, or Ray's tables (--verbose)
         ),

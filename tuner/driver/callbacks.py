@@ -30,6 +30,7 @@ from tuner.folder.records import (
     state_saved_at,
 )
 from tuner.folder.store import LENT_CORES_FILE, HoldsFolder, SweepFolder, current, read_json_lines, write_atomic
+from tuner.search.define_by_run import SUGGESTED
 
 
 class SweepRecords(HoldsFolder, Callback):
@@ -222,3 +223,34 @@ class ProgressCallback(HoldsFolder, Callback):
     def on_step_end(self, iteration, trials, **info):
         if reporter := showing():
             reporter.progress.observe(trials)
+
+
+class StudyTrials(Callback):
+    """An Optuna objective's trials on the driver's side (first of the sweep's callbacks):
+    the values each was suggested, put in its Tune trial's config as they come (what MLflow,
+    TensorBoard's HParams, ``status`` and ``best`` read), and a trial that ended without
+    telling the study (a Ray Tune scheduler stopped it at a report, its process died) told
+    (tuner/search/define_by_run.py)."""
+
+    def __init__(self, keeper: str):
+        self.keeper = keeper  # the study keeper's actor name (the same for a resumed sweep's)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        suggested = result.pop(SUGGESTED, None)  # Tune lets callbacks change the result in place
+        if suggested:
+            trial.config.update(suggested)
+            trial.evaluated_params.update(suggested)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._close(trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._close(trial)
+
+    def _close(self, trial: Any) -> None:
+        import ray
+
+        try:
+            ray.get_actor(self.keeper).close.remote(trial.trial_id)
+        except ValueError:  # no keeper: the driver is stopping
+            pass

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from tuner.console import SAYING
 from tuner.results.tables import values_text
+from tuner.search.define_by_run import RETURNED
 
 ENDED = ("TERMINATED", "ERROR")
 
@@ -100,7 +101,7 @@ class Progress:
         if trial.status == "ERROR":
             return "errored"
         if trial.status == "TERMINATED":
-            if _epoch(trial) >= self.max_epochs:
+            if _epoch(trial) >= self.max_epochs or (trial.last_result or {}).get(RETURNED):
                 return "finished"
             if trial.trial_id in self.unended and trial.trial_id not in self.completed:
                 return "interrupted" if _epoch(trial) else "pending"

@@ -239,6 +239,8 @@ def _reporter(sweep: SweepConfig, folder: SweepFolder) -> Any:
     from tuner.driver.progress import Progress, Reporter
 
     searched = [name for name, spec in sweep.flat_specs().items() if spec.kind != "constant"]
+    if sweep.objective is not None:  # its space is its trial.suggest_* calls: all a trial was given
+        searched = None
     progress = Progress(sweep.name, sweep.metric, sweep.mode, sweep.total_trials, sweep.max_epochs, searched)
     best = sweep.best_epoch(records.trial_histories(folder))
     if best is not None:

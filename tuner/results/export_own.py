@@ -71,6 +71,7 @@ def _export(
         "hyperparameters": sampled,
         "trainable": sweep.trainable,
         "command": sweep.command,
+        "objective": sweep.objective,
         "metric": objectives_record(sweep, val_metrics),
     }
     metrics: dict[str, Any] = {

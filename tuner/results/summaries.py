@@ -16,6 +16,7 @@ from typing import Any
 from tuner.errors import TunerError
 from tuner.folder import records, remote, store
 from tuner.folder.store import SweepFolder
+from tuner.search.define_by_run import RETURNED
 from tuner.sweepfile.load import load_sweep
 from tuner.sweepfile.schema import SweepConfig
 
@@ -136,7 +137,7 @@ def trial_summaries(
         elif tune_status == "PENDING" and last_event.get(trial.trial_id) == "start":
             # Tune saves a running trial as PENDING (to start it again on restore).
             tune_status = "RUNNING"
-        status = _status(tune_status, epochs, sweep.max_epochs)
+        status = _status(tune_status, epochs, sweep.max_epochs, returned=bool(rows and rows[-1].get(RETURNED)))
         if status == "interrupted" and (running := store.in_use(folder) if running is None else running):
             status = "running"
         summaries.append(
@@ -182,9 +183,11 @@ def error_reason(text: str) -> str:
     return reason if len(reason) <= 300 else reason[:297] + "..."
 
 
-def _status(tune_status: str, epochs: int, max_epochs: int) -> str:
+def _status(tune_status: str, epochs: int, max_epochs: int, returned: bool = False) -> str:
+    """``returned``: an objective's trial that returned its value (tuner/trial/optuna_api.py)
+    ended as it meant to, after however many reports."""
     if tune_status == "TERMINATED":
-        return "finished" if epochs >= max_epochs else "stopped_early"
+        return "finished" if epochs >= max_epochs or returned else "stopped_early"
     return {"ERROR": "errored", "RUNNING": "interrupted", "PAUSED": "paused", "PENDING": "pending"}.get(
         tune_status, tune_status.lower()
     )

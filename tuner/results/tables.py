@@ -22,6 +22,8 @@ def trials_table(sweep: SweepConfig, summaries: list[TrialSummary]) -> list[str]
         f"{f' ({pending} pending)' if pending else ''}; {sweep.mode}imise {sweep.metric}"
     ]
     searched = [name for name, spec in sweep.flat_specs().items() if spec.kind != "constant"]
+    if sweep.objective is not None:  # its space is its trial.suggest_* calls: what they were given
+        searched = sorted({name for trial in summaries for name in trial.config})
     lines.append(
         f"{'trial':<14}{'status':<15}{'epochs':>7}{'best ' + sweep.metric:>20}{'at epoch':>10}"
         + ("  hyperparameters" if searched else "")

@@ -3,6 +3,8 @@ the space, the budget and the epochs; the reason is printed when the sweep start
 
 The rules, and what benchmarks/studies/search_quality.py measured of them (benchmarks/README.md):
 
+- an objective's own space (``objective:``, define-by-run): Optuna's TPE, as in an Optuna
+  study (the scheduler is the file's);
 - a scheduler named in the file that needs a searcher of its own: BOHB's searcher with
   the bohb scheduler, random search with pbt or pb2 (they explore by themselves);
 - several objectives: random search when the space has grid values, else Optuna's TPE in
@@ -51,10 +53,19 @@ def pick(
     scheduler_given: bool,
     objectives: int = 0,
     own_searcher: tuple[dict[str, Any], str] | None = None,
+    define_by_run: bool = False,
 ) -> Choice:
-    """``own_searcher``: the searcher the file's scheduler needs, and why (``Scheduler.own_searcher``)."""
+    """``own_searcher``: the searcher the file's scheduler needs, and why (``Scheduler.own_searcher``);
+    ``define_by_run``: the space is an objective's own ``trial.suggest_*`` calls."""
     searched = {name: spec for name, spec in specs.items() if spec.kind != "constant"}
     kinds = {spec.kind for spec in searched.values()}
+    if define_by_run:
+        return Choice(
+            {"name": "optuna", "sampler": "tpe"},
+            None,
+            "auto picked searcher optuna (tpe): the objective's trial.suggest_* calls are its space, as in an "
+            "Optuna study",
+        )
     if scheduler_given and own_searcher is not None:
         searcher, why = own_searcher
         return Choice(dict(searcher), None, f"auto picked searcher {searcher['name']}: {why}")

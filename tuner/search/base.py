@@ -55,6 +55,11 @@ class Scheduler(Strict):
         """The epochs at which it compares trials (the report's dotted lines)."""
         return []
 
+    def study_pruner(self, sweep: SweepConfig) -> Any:
+        """The Optuna pruner that answers an objective's ``trial.should_prune()``; None: Ray
+        Tune's scheduler stops the trial itself at a ``trial.report`` (``should_prune`` is False)."""
+        return None
+
     def searched_elsewhere(self) -> dict[str, Any]:
         """Parameters it searches besides the space (PBT's mutations), checked like the space's."""
         return {}
@@ -75,6 +80,7 @@ class Searcher(Strict):
     refuses_conditional: ClassVar[str | None] = None
     needs_scheduler: ClassVar[str | None] = None  # the one scheduler it works with
     picks: ClassVar[bool] = False  # stands for another searcher, chosen when the file loads (auto)
+    answers_suggest: ClassVar[bool] = False  # an Optuna objective's trial.suggest_* calls (study_sampler)
 
     def build(self, sweep: SweepConfig, max_concurrent: int) -> Any:
         """Ray Tune's search algorithm, running at most ``max_concurrent`` trials (0: no cap)."""
@@ -95,6 +101,11 @@ class Searcher(Strict):
     def single_objective_name(self) -> str | None:
         """How a refusal of several objectives names it; None: it takes several."""
         return None if self.compares_several else f"searcher {self.name!r}"
+
+    def study_sampler(self, sweep: SweepConfig) -> Any:
+        """The Optuna sampler that answers an objective's ``trial.suggest_*`` calls
+        (``objective:``, tuner/search/define_by_run.py); only for ``answers_suggest``."""
+        raise NotImplementedError
 
     @property
     def described(self) -> str:

@@ -21,6 +21,7 @@ class OptunaSearcher(Searcher):
     population_size: int = Field(50, ge=2)  # nsga2: trials per generation (the first is random)
 
     takes_earlier_results: ClassVar[bool] = True
+    answers_suggest: ClassVar[bool] = True
 
     def check(self, sweep: Any) -> None:
         if self.warm_start is not None and self.sampler == "qmc":
@@ -34,6 +35,9 @@ class OptunaSearcher(Searcher):
 
     def holds_space(self, sweep: Any) -> bool:
         return True
+
+    def study_sampler(self, sweep: Any) -> Any:
+        return optuna_sampler(self.sampler, sweep.seed, self.n_startup_trials, self.population_size)
 
     def tell_earlier(self, search_alg: Any, evaluated: list[Evaluated]) -> tuple[int, int]:
         return warm_start(search_alg, evaluated)

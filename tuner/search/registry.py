@@ -25,6 +25,7 @@ from tuner.search.hyperopt_searcher import HyperOptSearcher
 from tuner.search.median import MedianScheduler
 from tuner.search.optuna_searcher import OptunaSearcher
 from tuner.search.pbt import Pb2Scheduler, PbtScheduler
+from tuner.search.pruner import PrunerScheduler
 from tuner.search.variants import GridSearcher, RandomSearcher
 from tuner.strict import fail
 
@@ -36,6 +37,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "pbt": PbtScheduler,
     "pb2": Pb2Scheduler,
     "bohb": BohbScheduler,
+    "pruner": PrunerScheduler,
 }
 SEARCHERS: dict[str, type[Searcher]] = {
     "random": RandomSearcher,
@@ -48,7 +50,14 @@ SEARCHERS: dict[str, type[Searcher]] = {
 
 # The sweep file's ``scheduler:`` and ``searcher:`` sections: one of these, by ``name``.
 SchedulerConfig = Annotated[
-    FifoScheduler | AshaScheduler | HyperBandScheduler | MedianScheduler | PbtScheduler | Pb2Scheduler | BohbScheduler,
+    FifoScheduler
+    | AshaScheduler
+    | HyperBandScheduler
+    | MedianScheduler
+    | PbtScheduler
+    | Pb2Scheduler
+    | BohbScheduler
+    | PrunerScheduler,
     Field(discriminator="name"),
 ]
 SearcherConfig = Annotated[
@@ -69,6 +78,7 @@ def pick(sweep: Any) -> None:
         scheduler_given="scheduler" in sweep.model_fields_set,
         objectives=len(sweep.objectives),
         own_searcher=sweep.scheduler.own_searcher,
+        define_by_run=sweep.objective is not None,
     )
     searcher = dict(choice.searcher)
     if sweep.searcher.warm_start is not None:
@@ -184,6 +194,28 @@ def check_pair(sweep: Any, conditional_at: str | None) -> None:
         )
 
 
+def check_objective(sweep: Any) -> None:
+    """An Optuna objective (``objective:``): a searcher that answers its ``trial.suggest_*``
+    calls, and a scheduler that needs no checkpoint of it (it keeps none)."""
+    searcher, scheduler = sweep.searcher, sweep.scheduler
+    if not searcher.answers_suggest:
+        takes = [n for n, s in SEARCHERS.items() if s.answers_suggest]
+        raise fail(
+            "searcher.name: an objective's trial.suggest_* calls are answered by an Optuna sampler, which searcher "
+            "{searcher!r} is not; use {takes} (or auto)",
+            searcher=searcher.name,
+            takes=" or ".join(takes),
+        )
+    if scheduler.pauses_trials or scheduler.clones_checkpoints or scheduler.own_searcher is not None:
+        takes = [n for n, s in SCHEDULERS.items() if not (s.pauses_trials or s.clones_checkpoints or s.own_searcher)]
+        raise fail(
+            "scheduler.name: scheduler {scheduler!r} restarts trials from their checkpoints, which an objective "
+            "does not keep; use {takes}",
+            scheduler=scheduler.name,
+            takes=", ".join(takes[:-1]) + " or " + takes[-1],
+        )
+
+
 def build_searcher(
     sweep: Any,
     max_concurrent: int,
@@ -207,6 +239,10 @@ def build_searcher(
     if draw:
         sweep = sweep.model_copy(update={"seed": sweep.seed + draw})
     slots = max_concurrent
+    if sweep.objective is not None:  # trials ask the study (define_by_run): as many as can run, for it to learn
+        from ray.tune.search import BasicVariantGenerator
+
+        return BasicVariantGenerator(max_concurrent=max(1, slots))
     if not sweep.searcher.model_based and not gpus_out_of_sight and not cpus_kept_free:
         max_concurrent = sweep.trials.max_concurrent or 0
     searcher = sweep.searcher.build(sweep, max_concurrent)

@@ -16,6 +16,7 @@ class RandomSearcher(Searcher):
 
     model_based: ClassVar[bool] = False
     expands_grid: ClassVar[bool] = True
+    answers_suggest: ClassVar[bool] = True
 
     def build(self, sweep: Any, max_concurrent: int) -> Any:
         if spaces.is_conditional(sweep.param_specs()):  # random draws through Optuna's define-by-run
@@ -29,11 +30,17 @@ class RandomSearcher(Searcher):
     def holds_space(self, sweep: Any) -> bool:
         return spaces.is_conditional(sweep.param_specs())
 
+    def study_sampler(self, sweep: Any) -> Any:
+        from tuner.search.optuna_searcher import optuna_sampler
+
+        return optuna_sampler("random", sweep.seed, 0)
+
 
 class GridSearcher(RandomSearcher):
     name: Literal["grid"]  # type: ignore[assignment]
 
     refuses_conditional: ClassVar[str | None] = "a grid expands fixed lists, not parameters that exist under one value"
+    answers_suggest: ClassVar[bool] = False  # fixed lists, which an objective's own space has none of
 
     def check(self, sweep: Any) -> None:
         if not any(spec.kind == "grid" for spec in sweep.param_specs().values()):

@@ -198,6 +198,34 @@ def objectives(cfg: SweepConfig) -> None:
                 )
 
 
+def _objective(cfg: SweepConfig) -> None:
+    """An Optuna objective: its own space, its returned value the metric (``value`` unless named)."""
+    from tuner.usercode.names import check_reference
+
+    given = [f"{name} {getattr(cfg, name)!r}" for name in ("trainable", "command") if getattr(cfg, name) is not None]
+    if given:
+        raise fail(
+            "objective: a trial runs an objective, a training function or a command, but the file gives the "
+            "objective {objective!r} and {given}",
+            objective=cfg.objective,
+            given=" and ".join(given),
+        )
+    try:
+        check_reference(cfg.objective)
+    except ValueError as error:
+        raise fail("objective: {error}", error=error) from None
+    if cfg.space.params:
+        raise fail(
+            "space.params: an objective's space is its own trial.suggest_* calls, but the file also searches "
+            "{names}; remove space.params (give a constant to your code as Optuna would: in the objective)",
+            names=", ".join(sorted(cfg.space.params)),
+        )
+    if "data" in cfg.model_fields_set:
+        raise fail("data: an objective is called with its trial alone and reads its own data; remove the data section")
+    if "metric" not in cfg.model_fields_set:
+        object.__setattr__(cfg, "metric", "value")  # what Optuna calls an objective's returned number
+
+
 def own_code(cfg: SweepConfig) -> None:
     """A user's function or command, or tuner's loop, and a metric the trials report."""
     if cfg.trainable is not None and cfg.command is not None:
@@ -234,7 +262,7 @@ def own_code(cfg: SweepConfig) -> None:
                 "train.{key}: a setting of tuner's own loop, which {which} replaces; give your code its values "
                 "in space.params (a constant is a plain value there) and keep train.epochs only",
                 key=loop_only[0],
-                which="trainable" if cfg.trainable is not None else "command",
+                which=_which(cfg),
             )
     if cfg.metric not in METRICS:
         if not cfg.own_loop:
@@ -288,3 +316,8 @@ def the_rest(cfg: SweepConfig) -> None:
 
 def lower_first(text: str) -> str:
     return text[:1].lower() + text[1:]
+
+
+def _which(cfg: SweepConfig) -> str:
+    """How an error names the user's code the file gives."""
+    return "trainable" if cfg.trainable is not None else "command" if cfg.command is not None else "objective"

@@ -33,13 +33,15 @@ def uses_own_code(sweep: SweepConfig) -> bool:
 
 def check(sweep: SweepConfig, loaded: LoadedYaml | None) -> SweepConfig:
     """``sweep`` with ``code_dir`` made absolute, once everything it names imports and fits."""
-    if not uses_own_code(sweep):
+    if not uses_own_code(sweep) and sweep.metric_pattern is None:
         return sweep
     folder = code_folder(sweep, loaded)
     try:
+        _check_metric_pattern(sweep)
         if not folder.is_dir():
             raise TunerError(f"code_dir: {str(folder)!r} is not a folder")
         _check_trainable(sweep, folder)
+        _check_objective(sweep, folder)
         _check_factory(sweep, folder)
         _check_command(sweep, folder)
     except ConfigError:
@@ -62,7 +64,22 @@ def _check_trainable(sweep: SweepConfig, folder: Path) -> None:
     from tuner.usercode import names
 
     function = names.load(sweep.trainable, folder, field="trainable")
-    names.check_takes(function, sweep.trainable, field="trainable", positional=2)  # train(params, context)
+    if not names.takes_context(function):  # not train(params, context): Ray Tune's train(config)
+        try:
+            names.check_takes(function, sweep.trainable, field="trainable", positional=1)
+        except TunerError as error:
+            raise TunerError(
+                f"{error}; a training function is train(params, context), or train(config) as Ray Tune calls it"
+            ) from None
+
+
+def _check_objective(sweep: SweepConfig, folder: Path) -> None:
+    if sweep.objective is None:
+        return
+    from tuner.usercode import names
+
+    function = names.load(sweep.objective, folder, field="objective")
+    names.check_takes(function, sweep.objective, field="objective", positional=1)  # objective(trial)
 
 
 def _check_factory(sweep: SweepConfig, folder: Path) -> None:

@@ -170,6 +170,8 @@ class SweepConfig(Strict):
         if self.objectives:
             registry.check_objectives(self)
         registry.check_pair(self, checks.conditional_at(self))
+        if self.objective is not None:
+            registry.check_objective(self)
         checks.the_rest(self)
         return self
 

@@ -26,6 +26,7 @@ from tensorboardX.writer import FileWriter
 from tuner.console import say
 from tuner.folder import records, store
 from tuner.folder.store import SweepFolder
+from tuner.search.define_by_run import RETURNED
 from tuner.sweepfile.schema import SweepConfig
 from tuner.tracking.mlflow_outage import answers, fail_fast_over_http, unreachable
 from tuner.tracking.mlflow_runs import FLUSH_S, SweepRecord, tracking_uri
@@ -231,8 +232,8 @@ def _status(trial: Any, max_epochs: int, ended: bool = False) -> str | None:
         return "errored"
     if trial.status != "TERMINATED" and not ended:
         return None
-    epochs = int((trial.last_result or {}).get("training_iteration", 0))
-    return "finished" if epochs >= max_epochs else "stopped_early"
+    last = trial.last_result or {}
+    return "finished" if int(last.get("training_iteration", 0)) >= max_epochs or last.get(RETURNED) else "stopped_early"
 
 
 # --- TensorBoard ------------------------------------------------------------------------------

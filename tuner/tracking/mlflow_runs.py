@@ -66,6 +66,7 @@ class SweepRecord:
         self.model: dict[str, Any] = state.get("model", {})  # what finish() registered (or only logged) last
         self.pending: dict[str, list[Any]] = {}  # epochs not yet written, by trial (see log_result)
         self.unrecorded: dict[str, list[dict[str, Any]]] = {}  # history of trials without a run yet (see backfill)
+        self.params_logged: dict[str, set[str]] = {}  # by trial: the names of the values its run has
         self.flushed_at = self.saved_at = time.monotonic()
         self.unsaved = False  # runs made or epochs written since mlflow.json was last saved
         with mlflow_store.creating_store(self.uri):
@@ -163,9 +164,19 @@ class SweepRecord:
             },
         )
         _log_params(self.client, run.info.run_id, config)
+        self.params_logged[trial_id] = set(config)
         self.trials[trial_id] = run.info.run_id
         self.unsaved = True  # saved with the next flush: a resumed sweep adopts a run it lost (_run_saved_too_late)
         return run.info.run_id
+
+    def _log_new_params(self, trial_id: str, run_id: str, config: dict[str, Any]) -> None:
+        """Values a trial was given after its run began: an Optuna objective's, suggested as
+        it runs (tuner/search/define_by_run.py); logged once each."""
+        logged = self.params_logged.setdefault(trial_id, set())
+        new = {k: v for k, v in config.items() if k not in logged}
+        if new:  # (a run of an earlier driver's: its values again, the same, once)
+            _log_params(self.client, run_id, new)
+            logged.update(new)
 
     def _run_saved_too_late(self, trial_id: str) -> str | None:
         """A run this sweep created for the trial just before the driver was killed, before
@@ -202,7 +213,8 @@ class SweepRecord:
         written yet are written from the history when the sweep resumes (``backfill``)."""
         from mlflow.entities import Metric
 
-        self.trial_run(trial_id, config)
+        run_id = self.trial_run(trial_id, config)
+        self._log_new_params(trial_id, run_id, config)
         step = int(result["training_iteration"])
         queued = self.pending.get(trial_id, [])
         if step <= max(self.last_step.get(trial_id, 0), queued[-1].step if queued else 0):

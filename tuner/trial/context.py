@@ -25,12 +25,14 @@ import json
 import math
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 from tuner.errors import TunerError
+from tuner.search.define_by_run import SUGGESTED
 
 CHECKPOINT_RECORD = "tuner-checkpoint.json"  # the epoch and trial a user's checkpoint is from
 
@@ -74,6 +76,8 @@ class Context:
         self.checkpoint = checkpoint  # a local copy of the checkpoint folder to resume from, or None
         self.start_epoch = start_epoch  # epochs reported before that checkpoint (0 for a fresh start)
         self.reports = 0  # reports made by this (re)start
+        self.suggested: dict[str, Any] = {}  # an objective's values (SUGGESTED), sent with the next report
+        self._sent: dict[str, Any] = {}
 
     @contextlib.contextmanager
     def running(self) -> Iterator[Context]:
@@ -116,6 +120,9 @@ class Context:
             raise TrialCodeError(f"{self._source} reported checkpoint={str(checkpoint)!r}, which is not a folder")
         self.reports += 1
         values.update(epoch=self.epoch, world_size=self.world_size, nodes=_node(), **self._timing)
+        if self.suggested != self._sent:
+            values[SUGGESTED] = dict(self.suggested)
+            self._sent = dict(self.suggested)
         with tempfile.TemporaryDirectory(prefix="tuner-report-") as staging:
             keep = checkpoint is not None and self.rank == 0
             if keep:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tuner.trial.context import Context, TrialCodeError, checkpoint_start
@@ -24,9 +26,14 @@ class OwnLoop:
     metric: str
     max_epochs: int
     uses_data: bool  # the sweep file has a data section: context.data holds it
+    metric_pattern: tuple[str, ...] = ()  # a command's report lines (regexes with named groups); (): JSON, name=value
+    objective: str | None = None  # an Optuna objective: module:function, called as objective(trial)
+    study: str | None = None  # the objective's study keeper (a named actor: tuner/search/define_by_run.py)
 
     @property
     def source(self) -> str:
+        if self.objective:
+            return f"objective {self.objective!r}"
         return f"trainable {self.trainable!r}" if self.trainable else "command"
 
 
@@ -56,14 +63,43 @@ def run_own(loop: LoopSettings, session: Session, own: OwnLoop, code_folder: Pat
             if own.command is not None:
                 from tuner.trial import command
 
-                command.run(context, list(own.command), loop.model_options, code_folder)
+                command.run(context, list(own.command), loop.model_options, code_folder, own.metric_pattern)
                 return
-            from tuner.usercode import names
+            if own.objective is not None:
+                from tuner.trial import optuna_api
 
-            function = names.load(own.trainable, None, field="trainable")  # the snapshot is first on the path
-            function(dict(loop.model_options), context)
+                with _working_folder(context.trial_dir):
+                    optuna_api.run_objective(own, context)
+                return
+            _call_function(own, dict(loop.model_options), context)
         if context.reports == 0:
             raise TrialCodeError(f"{own.source} returned before its first report")
+
+
+def _call_function(own: OwnLoop, params: dict, context: Context) -> None:
+    """``train(params, context)``, or a Ray Tune function's ``train(config)`` with Ray Tune's
+    calls answered by the context (tuner/trial/tune_api.py), in the trial's own folder (as
+    Ray Tune runs it: relative writes are the trial's, not the shared code snapshot's)."""
+    from tuner.trial import tune_api
+    from tuner.usercode import names
+
+    tune_api.install()  # before the user's module imports ``report`` from ray.tune
+    function = names.load(own.trainable, None, field="trainable")  # the snapshot is first on the path
+    with _working_folder(context.trial_dir):
+        if names.takes_context(function):
+            function(params, context)
+        else:
+            function(params)
+
+
+@contextlib.contextmanager
+def _working_folder(folder: Path) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 def _trial_dir(trial_id: str, rank: int) -> Path:

@@ -77,10 +77,13 @@ class TrialSetup:
     collective_timeout_s: float | None = None
 
     @classmethod
-    def of(cls, sweep: Any, *, use_gpu: bool = False, train_dir: str = "", **run: Any) -> TrialSetup:
+    def of(
+        cls, sweep: Any, *, use_gpu: bool = False, train_dir: str = "", study: str | None = None, **run: Any
+    ) -> TrialSetup:
         """The settings a sweep file gives every trial (``sweep``: a SweepConfig); ``run``: what
-        the run adds (hooks, streamed, code, trials_dir). The one place a setting the trial
-        reads goes from the file to the trial."""
+        the run adds (hooks, streamed, code, trials_dir); ``study``: the name of an objective's
+        study keeper (tuner/search/define_by_run.py). The one place a setting the trial reads
+        goes from the file to the trial."""
         own = None
         if sweep.own_loop:
             own = OwnLoop(
@@ -89,6 +92,9 @@ class TrialSetup:
                 metric=sweep.metric,
                 max_epochs=sweep.train.epochs,
                 uses_data=sweep.uses_data,
+                metric_pattern=_patterns(sweep.metric_pattern),
+                objective=sweep.objective,
+                study=study,
             )
         stall = sweep.trials.stall_timeout_s
         return cls(
@@ -109,6 +115,10 @@ class TrialSetup:
             collective_timeout_s=stall if isinstance(stall, (int, float)) else None,
             **run,
         )
+
+
+def _patterns(given: str | list[str] | None) -> tuple[str, ...]:
+    return (given,) if isinstance(given, str) else tuple(given or ())
 
 
 # A trial's CPUs are reserved by Tune, one bundle per worker in the trial's placement

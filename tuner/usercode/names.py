@@ -78,6 +78,20 @@ def check_takes(
         ) from None
 
 
+def takes_context(function: Callable[..., Any]) -> bool:
+    """Whether a training function is tuner's ``train(params, context)``; else it is Ray Tune's
+    ``train(config)`` (a function that can take one positional argument but not two)."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return True
+    try:
+        signature.bind(object(), object())
+    except TypeError:
+        return False
+    return True
+
+
 def accepted_keywords(function: Callable[..., Any], names: Iterable[str]) -> list[str]:
     """Those of ``names`` that ``function`` takes as keywords (all of them with ``**kwargs``), in order."""
     names = list(names)
