@@ -1,6 +1,7 @@
 """A sweep file's references to the user's own code, checked when the file loads (before
-Ray starts): the code folder, ``trainable``, ``model.factory`` and ``command``. Each
-failure is one ``file:line: field: ...`` line (tuner/usercode/names.py words it)."""
+Ray starts): the code folder, ``trainable``, ``model.factory``, ``command`` and
+``metric_pattern``. Each failure is one ``file:line: field: ...`` line (tuner/usercode/names.py
+words it)."""
 
 from __future__ import annotations
 
@@ -108,3 +109,41 @@ def _check_command(sweep: SweepConfig, folder: Path) -> None:
     for part in sweep.command[1:]:
         if part.endswith(".py") and "{" not in part and not Path(part).is_absolute() and not (folder / part).is_file():
             raise TunerError(f"command: script {part!r} is not in the code folder {folder} (set code_dir)")
+
+
+def _check_metric_pattern(sweep: SweepConfig) -> None:
+    """Regexes that compile, each with a named group, one of them named after the metric."""
+    if sweep.metric_pattern is None:
+        return
+    if sweep.command is None:
+        raise TunerError(
+            f"metric_pattern: {_as_written(sweep.metric_pattern)} reads the lines a command prints, but the file "
+            "gives no command; a training function reports its metrics with context.report"
+        )
+    patterns = [sweep.metric_pattern] if isinstance(sweep.metric_pattern, str) else sweep.metric_pattern
+    if not patterns:
+        raise TunerError("metric_pattern: an empty list; give a regex with named groups, or no metric_pattern")
+    groups: list[str] = []
+    for pattern in patterns:
+        try:
+            compiled = re.compile(pattern)
+        except re.error as error:
+            raise TunerError(f"metric_pattern: {_as_written(pattern)} is not a regex: {error}") from None
+        if not compiled.groupindex:
+            raise TunerError(
+                f"metric_pattern: {_as_written(pattern)} has no named group; name each number it reads, as in "
+                f"'{sweep.metric}: (?P<{sweep.metric}>[\\d.]+)'"
+            )
+        groups += [name for name in compiled.groupindex if name not in groups]
+    if sweep.metric not in groups:
+        raise TunerError(
+            f"metric_pattern: no pattern has a group named after the sweep's metric {sweep.metric!r} (its groups: "
+            f"{', '.join(groups)}); a line is a report when (?P<{sweep.metric}>...) finds a number on it"
+        )
+
+
+def _as_written(pattern: str | list[str]) -> str:
+    """A pattern as the file has it (repr would double each backslash of ``\\d``)."""
+    if isinstance(pattern, list):
+        return "[" + ", ".join(map(_as_written, pattern)) + "]"
+    return f"'{pattern}'"
