@@ -249,12 +249,6 @@ def own_code(cfg: SweepConfig) -> None:
             name=cfg.model.name,
             which="trainable" if cfg.trainable is not None else "command",
         )
-    if cfg.command is not None and cfg.scaling.workers > 1:
-        raise fail(
-            "scaling.workers: a command runs as one process per trial, but scaling.workers is {workers}; "
-            "start the workers inside the command (torchrun) or use trainable",
-            workers=cfg.scaling.workers,
-        )
     if cfg.own_loop:
         loop_only = sorted(set(cfg.train.model_fields_set) - {"epochs"})
         if loop_only:
