@@ -15,10 +15,12 @@ same sections; ``tuner.open_results(folder)`` reads a sweep that ran before.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.errors import TunerError
 from tuner.sweepfile.schema import SweepConfig
 
 
@@ -97,30 +99,84 @@ def run(
     smoke: bool = False,
     address: str | None = None,
     verbose: bool = False,
+    trainable: Callable[..., Any] | None = None,
+    objective: Callable[..., Any] | None = None,
 ) -> Results:
     """Run a sweep to its end and return its results. ``sweep``: a file, a bare name in
     experiments/, or a dict of sections (its user code is looked up from the working
-    folder, or ``code_dir``); ``overrides``: ``["train.epochs=3", ...]`` as ``--set`` takes."""
+    folder, or ``code_dir``); ``overrides``: ``["train.epochs=3", ...]`` as ``--set`` takes.
+    ``trainable`` / ``objective``: the sweep's training function or Optuna objective as a
+    function object, e.g. one defined in the notebook itself (sent to the trials by value,
+    as Ray sends a function), in place of a ``module:name`` in the file."""
     from tuner.driver.sweep import run_sweep
 
-    config = load(sweep, list(overrides), smoke=smoke)
-    outcome = run_sweep(config, address=address, verbose=verbose)
+    which, function = _given(trainable=trainable, objective=objective)
+    config = load(sweep, list(overrides), smoke=smoke, given=(which, function) if which else None)
+    outcome = run_sweep(config, address=address, verbose=verbose, function=function)
     return _results(config, outcome.folder.root)
 
 
-def load(sweep: str | Path | dict[str, Any], overrides: list[str] | None = None, *, smoke: bool = False) -> SweepConfig:
-    """A validated sweep from a file, a bare name or a dict (errors as the CLI words them)."""
+def resume(
+    folder: str | Path,
+    *,
+    address: str | None = None,
+    verbose: bool = False,
+    trainable: Callable[..., Any] | None = None,
+    objective: Callable[..., Any] | None = None,
+) -> Results:
+    """Resume an interrupted sweep in ``folder`` (as ``tuner resume`` does) and return its
+    results; ``trainable`` / ``objective``: the function given to ``run`` when it began, for
+    a sweep of a notebook's function."""
+    from tuner.driver.sweep import run_sweep
+    from tuner.results.summaries import open_sweep
+
+    _, function = _given(trainable=trainable, objective=objective)
+    sweep, sweep_folder = open_sweep(folder)
+    outcome = run_sweep(sweep, address=address, verbose=verbose, folder=sweep_folder, function=function)
+    return _results(sweep, outcome.folder.root)
+
+
+def _given(**functions: Callable[..., Any] | None) -> tuple[str | None, Callable[..., Any] | None]:
+    given = [(which, function) for which, function in functions.items() if function is not None]
+    if len(given) > 1:
+        raise TunerError("tuner.run: give a trainable or an objective, not both")
+    for which, function in given:
+        if not callable(function):
+            raise TunerError(f"tuner.run: {which}={function!r} is not a function")
+        return which, function
+    return None, None
+
+
+def load(
+    sweep: str | Path | dict[str, Any],
+    overrides: list[str] | None = None,
+    *,
+    smoke: bool = False,
+    given: tuple[str, Callable[..., Any]] | None = None,
+) -> SweepConfig:
+    """A validated sweep from a file, a bare name or a dict (errors as the CLI words them);
+    ``given``: (trainable or objective, a function object) that the sweep runs, named in it
+    by ``module:name``."""
+    from tuner.driver.own_code import reference
+    from tuner.sweepfile import own_code
     from tuner.sweepfile.load import apply_overrides, load_sweep, smoke_overrides, validate
     from tuner.yamlio import LoadedYaml
 
+    overrides = list(overrides or [])
+    if given is not None:
+        overrides.append(f"{given[0]}={reference(given[1])}")
     if not isinstance(sweep, dict):
-        return load_sweep(str(sweep), overrides, smoke=smoke)
-    data = dict(sweep)
-    data.setdefault("name", "sweep")
-    if smoke:
-        data = apply_overrides(data, smoke_overrides(data), file="<dict>")
-    data = apply_overrides(data, overrides or [], file="<dict>")
-    return validate(data, LoadedYaml(data, "<dict>"))
+        config = load_sweep(str(sweep), overrides, smoke=smoke, import_code=given is None)
+    else:
+        data = dict(sweep)
+        data.setdefault("name", "sweep")
+        if smoke:
+            data = apply_overrides(data, smoke_overrides(data), file="<dict>")
+        data = apply_overrides(data, overrides, file="<dict>")
+        config = validate(data, LoadedYaml(data, "<dict>"), import_code=given is None)
+    if given is not None:
+        config = own_code.check(config, config._origin, given=given[1])
+    return config
 
 
 def open_results(folder: str | Path) -> Results:

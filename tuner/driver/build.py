@@ -46,6 +46,7 @@ def build_tuner(
         code=run.code,
         trials_dir=None if folder.remote else str(folder.tune),
         study=study,
+        function=run.function,
     )
     trainable = tune.with_resources(
         tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),

@@ -61,12 +61,15 @@ def describe(
     sweep: SweepConfig, slots: int, use_gpu: bool, data: Any, folder: SweepFolder, held: str = "in memory"
 ) -> str:
     searched = ", ".join(filter(None, (_searched(n, s) for n, s in sweep.param_specs().items()))) or "nothing"
+    if sweep.objective is not None:
+        searched = "what the objective's trial.suggest_* calls ask"
     searcher = sweep.searcher.described
     device = "GPU" if use_gpu else "CPU"
     return "\n".join(
         [
-            f"sweep {sweep.name}: {sweep.total_trials} trial(s) x up to {sweep.max_epochs} epoch(s) of "
-            f"{what_runs(sweep)}{on_data(sweep, data)}",
+            f"sweep {sweep.name}: {sweep.total_trials} trial(s)"
+            + (f" x up to {sweep.max_epochs} epoch(s)" if sweep.objective is None else "")  # it ends itself
+            + f" of {what_runs(sweep)}{on_data(sweep, data)}",
             *([f"  {sweep.picked}"] if sweep.picked else []),
             *([f"  data {held}"] if data is not None else []),
             f"  search {searched}; searcher {searcher}, scheduler {sweep.scheduler.name}, "
@@ -97,6 +100,8 @@ def what_runs(sweep: SweepConfig) -> str:
         return f"trainable {sweep.trainable}"
     if sweep.command is not None:
         return "command " + " ".join(sweep.command)
+    if sweep.objective is not None:
+        return f"objective {sweep.objective}"
     models = sweep.param_specs().get("model")
     if not sweep.own_loop and models is not None and models.kind == "branches":
         return "a choice of models (" + ", ".join(models.branches) + ")"

@@ -227,7 +227,9 @@ class Reporter:
             value = result.get(self.progress.metric)
             shown = f"{self.progress.metric}={value:.4f}" if isinstance(value, float) else ""
             epoch = int(result.get("training_iteration", 0))
-            self.say(f"trial {trial.trial_id} epoch {epoch}/{self.progress.max_epochs}: {shown}".rstrip(": "))
+            # (an objective's returned value is a report past train.epochs when it reported each step)
+            of = f"/{self.progress.max_epochs}" if epoch <= self.progress.max_epochs else ""
+            self.say(f"trial {trial.trial_id} epoch {epoch}{of}: {shown}".rstrip(": "))
         if better and not self.live_mode:  # the live view shows the best itself
             self.say(better)
 
@@ -241,7 +243,7 @@ class Reporter:
             return
         if errored:
             self.say(f"trial {trial.trial_id} errored at epoch {epoch + 1}{': ' + reason if reason else ''}")
-        elif epoch >= self.progress.max_epochs:
+        elif epoch >= self.progress.max_epochs or (trial.last_result or {}).get(RETURNED):
             self.say(f"trial {trial.trial_id} finished: {epoch} epochs")
         else:
             self.say(f"trial {trial.trial_id} stopped early after epoch {epoch} by the scheduler")

@@ -30,6 +30,9 @@ class Run:
     address: str | None = None  # the cluster to join; None: a local Ray of the command's own
     verbose: bool = False  # Ray's own output and tables instead of tuner's view
     cluster_timeout_s: float = CLUSTER_TIMEOUT_S
+    # the trainable or objective as a function object (tuner.run(..., trainable=fn) from a
+    # notebook): sent to the trials by value, as Ray sends a function; None: imported by name
+    function: Any = None
 
     @property
     def resume(self) -> bool:

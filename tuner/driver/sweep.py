@@ -76,11 +76,14 @@ def run_sweep(
     cluster_timeout_s: float = CLUSTER_TIMEOUT_S,
     hooks: TrialHooks | None = None,
     extension: SweepConfig | None = None,
+    function: Any = None,
 ) -> SweepOutcome:
     """Run a sweep in a folder of its own and export its best model; with ``folder``,
     resume the sweep in that folder instead. ``hooks``: tests' seams in every trial.
     ``extension`` (tuner/driver/extend.py): run ``sweep``'s trials as a new Tune experiment
     in ``folder`` (its next part), ``extension`` being the whole sweep to record in sweep.yaml.
+    ``function``: the sweep's trainable or objective as a function object (tuner.run from a
+    notebook), which its reference in the file only names.
 
     A new sweep never writes into an existing folder: it claims ``<name>``, else
     ``<name>-2``, ... The folder is locked for as long as this process writes to it.
@@ -115,7 +118,9 @@ def run_sweep(
             else:
                 save_resolved_config(sweep, folder)
                 own_code.keep(code, folder)
-            run = Run(sweep, folder, mode, data, code, hooks, evaluated, address, verbose, cluster_timeout_s)
+            if function is None:
+                own_code.check_importable(sweep)  # not a notebook's function, which only tuner.run can give again
+            run = Run(sweep, folder, mode, data, code, hooks, evaluated, address, verbose, cluster_timeout_s, function)
             return _fit_and_export(run)
     except BaseException:
         if mode == "new":

@@ -32,8 +32,10 @@ def uses_own_code(sweep: SweepConfig) -> bool:
     return sweep.own_loop or sweep.model.name == "factory"
 
 
-def check(sweep: SweepConfig, loaded: LoadedYaml | None) -> SweepConfig:
-    """``sweep`` with ``code_dir`` made absolute, once everything it names imports and fits."""
+def check(sweep: SweepConfig, loaded: LoadedYaml | None, given: Any = None) -> SweepConfig:
+    """``sweep`` with ``code_dir`` made absolute, once everything it names imports and fits.
+    ``given``: the trainable or objective as a function object (tuner.run's), checked in
+    place of the one its reference names."""
     if not uses_own_code(sweep) and sweep.metric_pattern is None:
         return sweep
     folder = code_folder(sweep, loaded)
@@ -41,8 +43,8 @@ def check(sweep: SweepConfig, loaded: LoadedYaml | None) -> SweepConfig:
         _check_metric_pattern(sweep)
         if not folder.is_dir():
             raise TunerError(f"code_dir: {str(folder)!r} is not a folder")
-        _check_trainable(sweep, folder)
-        _check_objective(sweep, folder)
+        _check_trainable(sweep, folder, given)
+        _check_objective(sweep, folder, given)
         _check_factory(sweep, folder)
         _check_command(sweep, folder)
     except ConfigError:
@@ -59,12 +61,12 @@ def _located(message: str, loaded: LoadedYaml | None) -> ConfigError:
     return ConfigError(message, file=loaded.file if loaded is not None else None, line=line)
 
 
-def _check_trainable(sweep: SweepConfig, folder: Path) -> None:
+def _check_trainable(sweep: SweepConfig, folder: Path, given: Any = None) -> None:
     if sweep.trainable is None:
         return
     from tuner.usercode import names
 
-    function = names.load(sweep.trainable, folder, field="trainable")
+    function = given or names.load(sweep.trainable, folder, field="trainable")
     if not names.takes_context(function):  # not train(params, context): Ray Tune's train(config)
         try:
             names.check_takes(function, sweep.trainable, field="trainable", positional=1)
@@ -74,12 +76,12 @@ def _check_trainable(sweep: SweepConfig, folder: Path) -> None:
             ) from None
 
 
-def _check_objective(sweep: SweepConfig, folder: Path) -> None:
+def _check_objective(sweep: SweepConfig, folder: Path, given: Any = None) -> None:
     if sweep.objective is None:
         return
     from tuner.usercode import names
 
-    function = names.load(sweep.objective, folder, field="objective")
+    function = given or names.load(sweep.objective, folder, field="objective")
     names.check_takes(function, sweep.objective, field="objective", positional=1)  # objective(trial)
 
 

@@ -102,7 +102,7 @@ def run_objective(own: Any, context: Context) -> None:
 
     keeper = ray.get_actor(own.study)
     trial_number, params = ray.get(keeper.ask.remote(context.trial_id))
-    objective = names.load(own.objective, None, field="objective")  # the snapshot is first on the path
+    objective = own.function or names.load(own.objective, None, field="objective")  # the snapshot is first on the path
     trial = Trial(keeper, trial_number, params, context)
     try:
         returned = objective(trial)

@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tuner.trial.context import Context, TrialCodeError, checkpoint_start
 from tuner.trial.session import LoopSettings, Session
@@ -29,6 +30,7 @@ class OwnLoop:
     metric_pattern: tuple[str, ...] = ()  # a command's report lines (regexes with named groups); (): JSON, name=value
     objective: str | None = None  # an Optuna objective: module:function, called as objective(trial)
     study: str | None = None  # the objective's study keeper (a named actor: tuner/search/define_by_run.py)
+    function: Any = None  # the trainable or objective itself (a notebook's, sent by value); None: import it
 
     @property
     def source(self) -> str:
@@ -84,7 +86,7 @@ def _call_function(own: OwnLoop, params: dict, context: Context) -> None:
     from tuner.usercode import names
 
     tune_api.install()  # before the user's module imports ``report`` from ray.tune
-    function = names.load(own.trainable, None, field="trainable")  # the snapshot is first on the path
+    function = own.function or names.load(own.trainable, None, field="trainable")  # the snapshot is first on the path
     with _working_folder(context.trial_dir):
         if names.takes_context(function):
             function(params, context)

@@ -78,11 +78,19 @@ class TrialSetup:
 
     @classmethod
     def of(
-        cls, sweep: Any, *, use_gpu: bool = False, train_dir: str = "", study: str | None = None, **run: Any
+        cls,
+        sweep: Any,
+        *,
+        use_gpu: bool = False,
+        train_dir: str = "",
+        study: str | None = None,
+        function: Any = None,
+        **run: Any,
     ) -> TrialSetup:
         """The settings a sweep file gives every trial (``sweep``: a SweepConfig); ``run``: what
         the run adds (hooks, streamed, code, trials_dir); ``study``: the name of an objective's
-        study keeper (tuner/search/define_by_run.py). The one place a setting the trial reads
+        study keeper (tuner/search/define_by_run.py); ``function``: the trainable or objective
+        as a function object (sent by value). The one place a setting the trial reads
         goes from the file to the trial."""
         own = None
         if sweep.own_loop:
@@ -95,6 +103,7 @@ class TrialSetup:
                 metric_pattern=_patterns(sweep.metric_pattern),
                 objective=sweep.objective,
                 study=study,
+                function=function,
             )
         stall = sweep.trials.stall_timeout_s
         return cls(
