@@ -21,7 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import EvalPrediction, ResNetConfig, ResNetForImageClassification, Trainer, TrainingArguments, set_seed
+from transformers import (
+    EvalPrediction,
+    ResNetConfig,
+    ResNetForImageClassification,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
 
 from tuner.integrations.transformers import TunerCallback
 
