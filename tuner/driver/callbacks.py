@@ -240,6 +240,8 @@ class StudyTrials(Callback):
         if suggested:
             trial.config.update(suggested)
             trial.evaluated_params.update(suggested)
+        # a Result's config is its last result's, which the trial's process sent without them
+        result["config"] = {**result.get("config", {}), **trial.config}
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._close(trial)
@@ -251,6 +253,8 @@ class StudyTrials(Callback):
         import ray
 
         try:
-            ray.get_actor(self.keeper).close.remote(trial.trial_id)
-        except ValueError:  # no keeper: the driver is stopping
-            pass
+            given = ray.get(ray.get_actor(self.keeper).close.remote(trial.trial_id))
+        except (ValueError, ray.exceptions.RayError):  # no keeper: the driver is stopping
+            return
+        trial.config.update(given)  # (a trial that failed before its first report sent none)
+        trial.evaluated_params.update(given)

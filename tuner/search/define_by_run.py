@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ class StudyKeeper:
             load_if_exists=True,  # a resumed sweep: its study as it was
         )
         self.trials: dict[str, Any] = {}  # Tune trial id -> its live Optuna trial
+        self.params: dict[str, dict[str, Any]] = {}  # Tune trial id -> the values it was given
         self.seen: dict[str, tuple[str, Any]] = {}  # parameter -> (the trial that first gave it, its distribution)
         for frozen in self.study.get_trials(deepcopy=False):
             for name, distribution in frozen.distributions.items():
@@ -79,13 +81,22 @@ class StudyKeeper:
                 self.study._storage.set_trial_system_attr(trial._trial_id, TRIAL_ID_ATTR, trial_id)
             self.trials[trial_id] = trial
         trial = self.trials[trial_id]
+        self.params[trial_id] = dict(trial.params)
         return trial.number, dict(trial.params)
 
     def suggest(self, trial_id: str, method: str, args: tuple, kwargs: dict) -> Any:
         trial = self.trials[trial_id]
         name = str(args[0] if args else kwargs.get("name"))
-        value = getattr(trial, method)(*args, **kwargs)
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            value = getattr(trial, method)(*args, **kwargs)
         distribution = trial.distributions[name]
+        if any("Inconsistent parameter values" in str(w.message) for w in warned):  # Optuna keeps the first
+            raise SpaceConflict(
+                f"objective: trial {trial_id} suggests {name!r} twice with two ranges; it was {_shown(distribution)} "
+                "first; give a parameter one range in a sweep"
+            )
+        self.params[trial_id] = dict(trial.params)
         first, before = self.seen.setdefault(name, (trial_id, distribution))
         if before != distribution:
             raise SpaceConflict(
@@ -116,13 +127,15 @@ class StudyKeeper:
         states = {"complete": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "fail": TrialState.FAIL}
         self.study.tell(trial, value if state == "complete" else None, state=states[state])
 
-    def close(self, trial_id: str) -> None:
-        """The Tune trial ended without telling (a Ray Tune scheduler stopped it at a report, its
-        process died): pruned if it reported, else failed."""
+    def close(self, trial_id: str) -> dict[str, Any]:
+        """The Tune trial ended: told as pruned (it reported) or failed if it had not told
+        (a Ray Tune scheduler stopped it at a report, its process died); returns the values
+        it was given (an error before its first report sent none to the driver)."""
         trial = self.trials.get(trial_id)
         if trial is not None:
             reported = bool(self.study._storage.get_trial(trial._trial_id).intermediate_values)
             self.tell(trial_id, None, "pruned" if reported else "fail")
+        return self.params.get(trial_id, {})
 
     def ready(self) -> bool:
         return True

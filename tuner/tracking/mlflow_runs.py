@@ -272,6 +272,7 @@ class SweepRecord:
         from mlflow.entities import RunTag
 
         run_id = self.trial_run(trial_id, config)
+        self._log_new_params(trial_id, run_id, config)
         self._write(trial_id, self.pending.pop(trial_id, []), [RunTag("tuner.status", status)])
         self.flush()
         self.client.set_terminated(run_id, status="FAILED" if status == "errored" else "FINISHED")
