@@ -242,12 +242,14 @@ def own_code(cfg: SweepConfig) -> None:
             check_reference(cfg.trainable)
         except ValueError as error:
             raise fail("trainable: {error}", error=error) from None
+    if cfg.objective is not None:
+        _objective(cfg)
     if cfg.own_loop and "model" in cfg.model_fields_set and not isinstance(cfg.model, FactoryConfig):
         raise fail(
             "model.name: model {name!r} is trained by tuner's own loop, but the file gives {which} to train instead; "
             "with {which}, give model.factory (to export the best model) or no model section",
             name=cfg.model.name,
-            which="trainable" if cfg.trainable is not None else "command",
+            which=_which(cfg),
         )
     if cfg.own_loop:
         loop_only = sorted(set(cfg.train.model_fields_set) - {"epochs"})
