@@ -217,8 +217,8 @@ def kill_ray_under(folder: Path) -> None:
     subprocess.run(["pkill", "-9", "-f", str(folder)], capture_output=True, timeout=60)
 
 
-def mlflow_children(sweep_root: Path) -> dict[str, list[int]]:
-    """The MLflow trial runs under this sweep folder's parent run: trial id -> val_accuracy steps."""
+def mlflow_children(sweep_root: Path, metric: str = "val_accuracy") -> dict[str, list[int]]:
+    """The MLflow trial runs under this sweep folder's parent run: trial id -> ``metric``'s steps."""
     from mlflow.tracking import MlflowClient
 
     state = json.loads((sweep_root / "mlflow.json").read_text())
@@ -232,7 +232,7 @@ def mlflow_children(sweep_root: Path) -> dict[str, list[int]]:
         trial_id = run.data.tags["tuner.trial_id"]
         assert trial_id not in steps, f"two MLflow runs for trial {trial_id}"
         assert run.data.tags["mlflow.parentRunId"] == state["parent_run_id"]
-        steps[trial_id] = [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")]
+        steps[trial_id] = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
     return steps
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from integration_helpers import data_root
 from torchvision.models.resnet import Bottleneck
 
@@ -250,3 +251,37 @@ def test_command_script_stopped_by_asha_keeps_its_log(tmp_path, ray_tmp):
         log = _trial_log(root, trial_id)
         assert log.is_file(), f"no command.log in {log.parent}"
         assert _command_lines(log)[0] == (1, pytest.approx(histories[trial_id][0]["val_accuracy"]))
+
+
+def test_optuna_objective_runs_as_optunas_own_example_with_its_pruner(tmp_path, ray_tmp):
+    """Optuna's PyTorch example, unchanged: its dynamic space (n_units_l{i} for each layer it
+    chose) is each trial's parameters; every trial ends finished or pruned."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    user = _copy_example("optuna_objective", tmp_path)
+    env = _env(tmp_path, ray_tmp)
+    root = _sweep("optuna_objective", user, tmp_path, env, "trials.num_samples=4")
+    assert set(_statuses(root, env)) <= {"finished", "stopped_early"}
+    journal = JournalStorage(JournalFileBackend(str(root / "study.journal")))
+    study = optuna.load_study(study_name="optuna_objective", storage=journal)
+    assert len(study.trials) == 4 and {t.state.name for t in study.trials} <= {"COMPLETE", "PRUNED"}
+    config = yaml.safe_load((root / "best" / "config.yaml").read_text())
+    layers = config["hyperparameters"]["n_layers"]
+    assert {f"n_units_l{i}" for i in range(layers)} <= set(config["hyperparameters"])  # as the trial chose them
+    best = _best(root)
+    assert best["value"] == pytest.approx(study.best_value) and best["value"] > 0.5
+
+
+def test_raytune_function_runs_as_ray_tunes_own_quickstart(tmp_path, ray_tmp):
+    user = _copy_example("raytune_function", tmp_path)
+    env = _env(tmp_path, ray_tmp)
+    root = _sweep("raytune_function", user, tmp_path, env, "train.epochs=2", "trials.num_samples=2", FIFO)
+    assert _statuses(root, env) == ["finished", "finished"]
+    histories = trial_histories(SweepFolder(root))
+    assert sorted(len(rows) for rows in histories.values()) == [2, 2]
+    best = _best(root)
+    assert best["mean_accuracy"] > 0.3
+    state = torch.load(root / "best" / "checkpoint" / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert state["epoch"] == 2  # the checkpoint the function reported through tune.report

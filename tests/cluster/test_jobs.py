@@ -254,6 +254,70 @@ def test_a_job_runs_a_users_training_function_shipped_to_both_nodes(cluster, tmp
     assert (root / "code" / "job_train.py").is_file()  # the code the sweep ran, kept with it
 
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _example(name: str, tmp_path: Path) -> Path:
+    """``examples/<name>`` copied to a folder the cluster never saw; its sweep file."""
+    import shutil
+
+    folder = tmp_path / "theirs" / name
+    shutil.copytree(EXAMPLES / name, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return folder / "sweep.yaml"
+
+
+def test_a_job_runs_an_optuna_objective_unchanged_with_its_study_on_the_drivers_node(cluster, tmp_path):
+    """Optuna's own example as a Ray Job: the study's keeper on the job's driver, the trials
+    asking it from either node."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    _ensure_worker(cluster)
+    sweep_file = _example("optuna_objective", tmp_path)
+    sets = [f"output_dir={tmp_path / 'runs'}", "trials.num_samples=2", "tracking.mlflow.registry=false"]
+    done = _cli(
+        cluster, "submit", str(sweep_file), *[f"--set={s}" for s in sets], "--address", cluster.dashboard, "--follow"
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    root = tmp_path / "runs" / "optuna_objective"
+    journal = JournalStorage(JournalFileBackend(str(root / "study.journal")))
+    study = optuna.load_study(study_name="optuna_objective", storage=journal)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]  # 5 startup trials: none pruned
+    histories = trial_histories(SweepFolder(root))
+    # (short trials may both run in one reused trial process: on one node or the other)
+    assert {row["nodes"] for rows in histories.values() for row in rows} <= {node.node_id for node in cluster.nodes}
+    assert mlflow_children(root, "value") == {trial: list(range(1, 7)) for trial in histories}  # 5 reports, the value
+    assert json.loads((root / "best" / "metrics.json").read_text())["value"] == pytest.approx(study.best_value)
+
+
+def test_a_job_runs_a_torchrun_script_across_both_nodes(cluster, tmp_path):
+    """An unchanged DDP script on two workers, one per node (each has one CPU): torchrun's
+    variables across nodes, rank 0's lines the reports."""
+    _ensure_worker(cluster)
+    sweep_file = _example("torchrun_ddp", tmp_path)
+    sets = [
+        f"output_dir={tmp_path / 'runs'}",
+        "trials.num_samples=1",
+        "train.epochs=1",
+        "scheduler={name: fifo}",
+        "space.params.lr=3.0e-3",
+        "space.params.hidden=64",
+        "space.params.train_size=2000",
+        "tracking.mlflow.registry=false",
+    ]
+    done = _cli(
+        cluster, "submit", str(sweep_file), *[f"--set={s}" for s in sets], "--address", cluster.dashboard, "--follow"
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    root = tmp_path / "runs" / "torchrun_ddp"
+    [rows] = trial_histories(SweepFolder(root)).values()
+    assert [row["world"] for row in rows] == [2] and rows[0]["val_accuracy"] > 0.3, rows
+    [ranks] = (root / "tune").glob("*/.ranks")
+    nodes = {json.loads(rank.read_text())["node_id"] for rank in ranks.glob("*.json")}
+    assert nodes == {node.node_id for node in cluster.nodes}, "the two ranks ran on one node"
+
+
 def test_a_sweep_joined_by_address_runs_on_the_cluster(cluster, tmp_path):
     sweep_file = _file(tmp_path, "byaddress", train={"epochs": 1}, trials={"num_samples": 2})
     done = _cli(cluster, "sweep", str(sweep_file), "--address", cluster.address)

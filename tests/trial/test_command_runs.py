@@ -104,6 +104,8 @@ def test_an_unchanged_torchrun_script_runs_on_two_train_workers_rank_0s_lines_th
     # every rank's output is in its own trial folder: rank 0's lines and rank 1's
     logs = {log.name: log.read_text() for log in _trial_folders(outcome, trial_id) for log in log.glob("command*.log")}
     assert "Epoch 2 | world 2 |" in logs["command.log"] and "command-rank1.log" in logs, sorted(logs)
+    [folder] = outcome.folder.tune.glob(f"trial_driver_{trial_id}_*")
+    assert (folder / "command.log").is_file()  # rank 0's, beside the trial's records in the sweep
     assert not _running(snapshot.read(outcome.folder.root / "code").materialise()), "a rank's command outlived it"
 
 

@@ -325,6 +325,15 @@ class _TrainSession(Session):
         if self.rank == 0:  # (a rank stuck in a collective holds rank 0's steps too)
             touch_alive(self.trial_folder)
 
+    def trial_dir(self) -> Path | None:
+        """Rank 0's: the trial's folder in the sweep (its command's log and relative writes
+        beside the trial's records); the other ranks write in folders of their own."""
+        if self.rank != 0 or self.trial_folder is None:
+            return None
+        folder = Path(self.trial_folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
     def resume_checkpoint(self) -> Any:
         import ray.train
 
