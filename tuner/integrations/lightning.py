@@ -16,6 +16,7 @@ A checkpoint taken there resumes at the next epoch.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -61,7 +62,8 @@ class TunerCallback(Callback):
         self._validated = False
         if isinstance(self._reporter, CommandReporter) and threading.current_thread() is threading.main_thread():
             # tuner stops a command with SIGTERM; Lightning's own handler would raise its
-            # SIGTERMException (a traceback in command.log) at the next batch.
+            # SIGTERMException (a traceback in command.log) at the next batch, and a teardown
+            # would keep the trial's process waiting.
             self._sigterm_before = signal.signal(signal.SIGTERM, _stopped)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -84,6 +86,10 @@ class TunerCallback(Callback):
 
 
 def _stopped(signum: int, frame: Any) -> None:
-    """A command stopped by tuner (or its trial's end): leave quietly, as a killed process."""
+    """A command stopped by tuner (or its trial's end): gone at once, as SIGTERM's default
+    action would have it (tuner reuses the trial's process for the next trial only once
+    the command has ended), with a line saying why instead of a traceback."""
+    sys.stdout.flush()
     sys.stderr.write(f"{OWNER}: SIGTERM (tuner stops a trial this way); the run ends here\n")
-    raise SystemExit(128 + signum)
+    sys.stderr.flush()
+    os._exit(128 + signum)
