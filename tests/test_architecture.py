@@ -54,6 +54,7 @@ def test_every_package_says_what_it_holds():
         "data",
         "driver",
         "folder",
+        "integrations",
         "models",
         "results",
         "search",
