@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from callback_helpers import FIFO, fake_trial, mlflow_steps, sweep_example
@@ -20,7 +21,7 @@ from tuner.integrations.report import NoTrialError
 from tuner.trial.command import parse_line
 
 transformers = pytest.importorskip("transformers", reason="the dev extra (and tuner[transformers]) installs it")
-from tuner.integrations.transformers import TunerCallback  # noqa: E402
+from tuner.integrations.transformers import TunerCallback, named  # noqa: E402
 
 
 class Points(torch.utils.data.Dataset):
@@ -62,6 +63,14 @@ def _trainer(output_dir, epochs: int = 2, **arguments) -> transformers.Trainer:
         compute_metrics=_accuracy,
         callbacks=[TunerCallback()],
     )
+
+
+def test_an_evaluation_is_reported_as_named_and_without_eval_and_only_its_numbers():
+    reported = named(
+        {"eval_accuracy": np.float64(0.9), "eval_loss": torch.tensor(0.25), "eval_note": "x", "epoch": 1.0, "loss": 0.5}
+    )
+    # The Trainer's fractional epoch is left to tuner's count; a name taken already keeps its value.
+    assert reported == {"eval_accuracy": 0.9, "eval_loss": 0.25, "accuracy": 0.9, "loss": 0.5}
 
 
 def test_without_a_tuner_trial_the_callback_stops_the_training_with_one_line(tmp_path, monkeypatch):

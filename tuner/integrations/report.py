@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from tuner.errors import TunerError
 from tuner.trial.context import Context, current
 
@@ -123,10 +125,12 @@ def numbers(metrics: dict[str, Any]) -> dict[str, float | int]:
     (a framework's metrics also hold strings and whole tensors, which no report takes)."""
     found: dict[str, float | int] = {}
     for name, value in metrics.items():
-        if hasattr(value, "numel") and value.numel() != 1:
-            continue
-        if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-            value = value.detach().float().item() if hasattr(value, "detach") else value.item()
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                continue
+            value = value.detach().float().item()
+        elif hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a numpy scalar
+            value = value.item()
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             found[str(name)] = value
     return found
