@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from integration_helpers import data_root, tuner_cli
+from integration_helpers import data_root, start_sweep, tuner_cli, wait_for_results
 
 from tuner.folder.records import trial_histories
 from tuner.folder.store import SweepFolder
@@ -80,10 +81,24 @@ def train_fn(config):
 """
 
 
+SLOW_STUDY = """
+import time
+
+
+def objective(trial):
+    x = trial.suggest_float("x", -4, 4)
+    for step in range(3):
+        time.sleep(1.0)
+        trial.report((x - 1) ** 2 + 1.0 / (step + 1), step)
+    return (x - 1) ** 2
+"""
+
+
 def _project(tmp_path: Path) -> Path:
     folder = tmp_path / "their_project"
     folder.mkdir()
     (folder / "study.py").write_text(STUDY)
+    (folder / "slow_study.py").write_text(SLOW_STUDY)
     (folder / "tune_train.py").write_text(TUNE_TRAIN)
     return folder
 
@@ -197,6 +212,52 @@ def test_an_optuna_objective_runs_unchanged_with_its_study_pruner_and_every_reco
     assert (
         written == ["0", "1"] and not (code / "written.txt").exists() and not (root / "code" / "written.txt").exists()
     )
+
+
+def test_an_interrupted_objective_sweep_resumes_with_its_study(tmp_path, ray_tmp):
+    """Ctrl-C during the second trial, then ``tuner resume``: the study goes on from the
+    journal, the interrupted trial is given its values again, and the resumed sampler does
+    not draw the first run's values again."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    code = _project(tmp_path)
+    sweep_file = _write(
+        code,
+        "slow",
+        {
+            "output_dir": str(tmp_path / "runs"),
+            "objective": "slow_study:objective",
+            "mode": "min",
+            "searcher": {"name": "optuna", "sampler": "tpe"},
+            "trials": {"num_samples": 4, "max_concurrent": 1},
+            "tracking": {"mlflow": {"registry": False}},
+        },
+    )
+    root = tmp_path / "runs" / "slow"
+    sweep = start_sweep(sweep_file, env=_env(ray_tmp))
+    wait_for_results(root, 5, sweep)  # the first trial's 4 reports, one of the second's
+    os.killpg(sweep.pid, signal.SIGINT)
+    out, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, out[-2000:] + err[-2000:]
+    resumed = tuner_cli("resume", str(root), env=_env(ray_tmp))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+
+    journal = JournalStorage(JournalFileBackend(str(root / "study.journal")))
+    study = optuna.load_study(study_name="slow", storage=journal)
+    by_tune: dict[str, list] = {}
+    for trial in study.trials:
+        by_tune.setdefault(trial.system_attrs["tuner.trial_id"], []).append(trial)
+    assert len(by_tune) == 4 and all(tries[-1].state.name == "COMPLETE" for tries in by_tune.values()), study.trials
+    second = next(tries for tries in by_tune.values() if len(tries) > 1)  # interrupted, asked again
+    assert [t.state.name for t in second] == ["FAIL", "COMPLETE"] and second[0].params == second[1].params
+    values = [tries[-1].params["x"] for tries in by_tune.values()]
+    assert len(set(values)) == 4, values  # no first-run draw again
+    histories = trial_histories(SweepFolder(root))
+    assert sorted(len(rows) for rows in histories.values()) == [4, 4, 4, 4]
+    params = _mlflow_params(root)
+    assert sorted(float(p["x"]) for p, _ in params.values()) == pytest.approx(sorted(values))
 
 
 def test_a_ray_tune_function_runs_unchanged_retried_from_its_checkpoint(tmp_path, ray_tmp):

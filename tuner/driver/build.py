@@ -54,7 +54,8 @@ def build_tuner(
     )
     keep = None if sweep.scheduler.clones_checkpoints else sweep.checkpoint.keep  # PBT clones old ones
     callbacks = [
-        *([StudyTrials(study)] if study is not None else []),  # first: the others read what it puts in config
+        # first: the others read what it puts in the trials' config
+        *([StudyTrials(study, sweep.metric, sweep.max_epochs)] if study is not None else []),
         SweepRecords(folder, keep, sweep.metric, sweep.mode),
         TensorBoardEvents(),
         *([MlflowTrials(sweep, folder)] if sweep.tracking.mlflow.enabled else []),

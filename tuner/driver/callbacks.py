@@ -232,8 +232,9 @@ class StudyTrials(Callback):
     telling the study (a Ray Tune scheduler stopped it at a report, its process died) told
     (tuner/search/define_by_run.py)."""
 
-    def __init__(self, keeper: str):
+    def __init__(self, keeper: str, metric: str = "value", max_epochs: int = 0):
         self.keeper = keeper  # the study keeper's actor name (the same for a resumed sweep's)
+        self.metric, self.max_epochs = metric, max_epochs
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         suggested = result.pop(SUGGESTED, None)  # Tune lets callbacks change the result in place
@@ -244,16 +245,19 @@ class StudyTrials(Callback):
         result["config"] = {**result.get("config", {}), **trial.config}
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._close(trial)
+        last = trial.last_result or {}
+        # asha's or median's max_t ended it at a report: complete, with that report's value
+        reached = self.max_epochs and int(last.get("training_iteration", 0)) >= self.max_epochs
+        self._close(trial, last.get(self.metric) if reached else None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._close(trial)
 
-    def _close(self, trial: Any) -> None:
+    def _close(self, trial: Any, value: float | None = None) -> None:
         import ray
 
         try:
-            given = ray.get(ray.get_actor(self.keeper).close.remote(trial.trial_id))
+            given = ray.get(ray.get_actor(self.keeper).close.remote(trial.trial_id, value))
         except (ValueError, ray.exceptions.RayError):  # no keeper: the driver is stopping
             return
         trial.config.update(given)  # (a trial that failed before its first report sent none)

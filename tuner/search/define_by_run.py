@@ -55,6 +55,8 @@ class StudyKeeper:
             direction="maximize" if direction == "max" else "minimize",
             load_if_exists=True,  # a resumed sweep: its study as it was
         )
+        if self.study.trials:  # a resumed (or extended) sweep: the sweep's seed would draw its first trials again
+            self.study.sampler.reseed_rng()
         self.trials: dict[str, Any] = {}  # Tune trial id -> its live Optuna trial
         self.params: dict[str, dict[str, Any]] = {}  # Tune trial id -> the values it was given
         self.seen: dict[str, tuple[str, Any]] = {}  # parameter -> (the trial that first gave it, its distribution)
@@ -127,14 +129,18 @@ class StudyKeeper:
         states = {"complete": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "fail": TrialState.FAIL}
         self.study.tell(trial, value if state == "complete" else None, state=states[state])
 
-    def close(self, trial_id: str) -> dict[str, Any]:
-        """The Tune trial ended: told as pruned (it reported) or failed if it had not told
-        (a Ray Tune scheduler stopped it at a report, its process died); returns the values
-        it was given (an error before its first report sent none to the driver)."""
+    def close(self, trial_id: str, value: float | None = None) -> dict[str, Any]:
+        """The Tune trial ended; if it had not told: complete with ``value`` (it reached a
+        Ray Tune scheduler's max_t at a report), else pruned (a scheduler stopped it at a
+        report) or failed (no report: its process died). Returns the values it was given
+        (an error before its first report sent none to the driver)."""
         trial = self.trials.get(trial_id)
         if trial is not None:
             reported = bool(self.study._storage.get_trial(trial._trial_id).intermediate_values)
-            self.tell(trial_id, None, "pruned" if reported else "fail")
+            if value is not None:
+                self.tell(trial_id, float(value), "complete")
+            else:
+                self.tell(trial_id, None, "pruned" if reported else "fail")
         return self.params.get(trial_id, {})
 
     def ready(self) -> bool:
