@@ -291,6 +291,23 @@ def test_a_job_runs_an_optuna_objective_unchanged_with_its_study_on_the_drivers_
     assert json.loads((root / "best" / "metrics.json").read_text())["value"] == pytest.approx(study.best_value)
 
 
+def test_a_job_runs_a_ray_tune_function_unchanged(cluster, tmp_path):
+    """Ray Tune's quickstart function as a Ray Job: its tune.report and checkpoints tuner's."""
+    _ensure_worker(cluster)
+    sweep_file = _example("raytune_function", tmp_path)
+    sets = [f"output_dir={tmp_path / 'runs'}", "trials.num_samples=2", "train.epochs=2", "scheduler={name: fifo}"]
+    done = _cli(
+        cluster, "submit", str(sweep_file), *[f"--set={s}" for s in sets], "--address", cluster.dashboard, "--follow"
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    root = tmp_path / "runs" / "raytune_function"
+    histories = trial_histories(SweepFolder(root))
+    assert sorted(len(rows) for rows in histories.values()) == [2, 2]
+    assert mlflow_children(root, "mean_accuracy") == {trial: [1, 2] for trial in histories}
+    state = torch.load(root / "best" / "checkpoint" / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert state["epoch"] == 2  # the function's own checkpoint, exported
+
+
 def test_a_job_runs_a_torchrun_script_across_both_nodes(cluster, tmp_path):
     """An unchanged DDP script on two workers, one per node (each has one CPU): torchrun's
     variables across nodes, rank 0's lines the reports."""

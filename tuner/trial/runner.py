@@ -247,6 +247,7 @@ def _fit_torch_trainer(loop: LoopSettings, setup: TrialSetup, trial_id: str) -> 
     from ray.util.queue import Queue
 
     from tuner.trial.relay import RelayToTune
+    from tuner.trial.tune_api import tune_report
 
     if loop.trial_folder is not None:  # the last run's ranks are not this one's
         shutil.rmtree(Path(loop.trial_folder) / RANKS_DIR, ignore_errors=True)
@@ -294,7 +295,7 @@ def _fit_torch_trainer(loop: LoopSettings, setup: TrialSetup, trial_id: str) -> 
     while (item := queue.get()) != _FIT_DONE:
         metrics, path, filesystem = item
         checkpoint = tune.Checkpoint(path, filesystem=filesystem) if path else None
-        tune.report(metrics, checkpoint=checkpoint)
+        tune_report(metrics, checkpoint=checkpoint)
     thread.join()
     if "error" in outcome:
         raise outcome["error"]
@@ -422,9 +423,11 @@ class _TuneSession(Session):
     def report(self, metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
         from ray import tune
 
+        from tuner.trial.tune_api import tune_report
+
         # Tune copies the folder into the trial's storage before report returns.
         checkpoint = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        tune.report(metrics, checkpoint=checkpoint)
+        tune_report(metrics, checkpoint=checkpoint)  # Ray Tune's own (a user's Ray Tune function has ours)
 
     def dataset_shard(self, name: str, dataset: Any) -> Any:
         return dataset  # one worker reads the whole split

@@ -15,39 +15,43 @@ answered by the trial's ``Context`` (tuner/trial/context.py): a report is an epo
 tuner's (its history, MLflow, TensorBoard, the schedulers, the export), a checkpoint is
 copied into the trial's as tuner's own are. They are swapped in once per process, before
 the user's module is imported, so ``from ray.tune import report`` gets them too; outside a
-trial, and for tuner's own calls beneath, they are Ray Tune's own.
+trial they are Ray Tune's own; tuner's session reports through ``tune_report``.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 from typing import Any
 
 from tuner.trial.context import current
 
-_installed = False
-_beneath = threading.local()  # set while tuner reports what the user's call gave it
+_originals: dict[str, Any] = {}  # Ray Tune's own functions, once ours answer in their place
 
 
 def install() -> None:
     """Answer Ray Tune's function API from the running trial's context (once per process)."""
-    global _installed
-    if _installed:
+    if _originals:
         return
     from ray import tune
 
+    _originals.update(report=tune.report, get_checkpoint=tune.get_checkpoint, get_context=tune.get_context)
     tune.report = _answered(tune.report, _report)
     tune.get_checkpoint = _answered(tune.get_checkpoint, _get_checkpoint)
     tune.get_context = _answered(tune.get_context, _get_context)
-    _installed = True
+
+
+def tune_report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
+    """Ray Tune's own ``report``, for tuner's session (``ray.tune.report`` may be ours)."""
+    from ray import tune
+
+    (_originals.get("report") or tune.report)(metrics, checkpoint=checkpoint)
 
 
 def _answered(original: Any, ours: Any) -> Any:
     @functools.wraps(original)
     def call(*args: Any, **kwargs: Any) -> Any:
         context = current()
-        if context is None or getattr(_beneath, "active", False):
+        if context is None:
             return original(*args, **kwargs)
         return ours(context, original, *args, **kwargs)
 
@@ -55,15 +59,11 @@ def _answered(original: Any, ours: Any) -> Any:
 
 
 def _report(context: Any, original: Any, metrics: dict[str, Any], *, checkpoint: Any = None) -> None:
-    _beneath.active = True  # tuner's session reports to Ray Tune's own report
-    try:
-        if checkpoint is None:
-            context.report(metrics)
-        else:
-            with checkpoint.as_directory() as folder:  # fetched first where it is at a URI
-                context.report(metrics, checkpoint=folder)
-    finally:
-        _beneath.active = False
+    if checkpoint is None:
+        context.report(metrics)
+    else:
+        with checkpoint.as_directory() as folder:  # fetched first where it is at a URI
+            context.report(metrics, checkpoint=folder)
 
 
 def _get_checkpoint(context: Any, original: Any) -> Any:
