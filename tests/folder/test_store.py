@@ -288,3 +288,13 @@ def test_an_ended_trial_keeps_its_best_checkpoints_and_its_last(tmp_path):
     assert sorted(p.name for p in trial.iterdir()) == sorted([*kept, "result.json"])
     assert prune_checkpoints(pyarrow.fs.LocalFileSystem(), str(trial), kept) == 0  # a second time: nothing
     assert prune_checkpoints(pyarrow.fs.LocalFileSystem(), str(tmp_path / "gone"), kept) == 0
+
+
+def test_a_trial_error_tune_kept_as_text_is_read_for_a_full_disk_too(tmp_path):
+    """Tune gives a trial's error as a string where it could not keep the exception (a trial
+    process it could not reuse): read as the text it is, not followed to a cause it lacks."""
+    from tuner.folder.store import StorageError, failed_write
+
+    assert failed_write("TuneError: the trial's actor could not be reused", tmp_path) is None
+    found = failed_write("OSError: [Errno 28] No space left on device", tmp_path)
+    assert isinstance(found, StorageError) and str(tmp_path) in str(found)

@@ -216,13 +216,14 @@ def storage_error(path: Path | str, error: BaseException | str) -> StorageError:
     return failure
 
 
-def failed_write(error: BaseException, where: Path | str = "the output folder") -> StorageError | None:
+def failed_write(error: BaseException | str, where: Path | str = "the output folder") -> StorageError | None:
     """The write failure behind ``error`` (a stopped fit, a failed export), if there is one;
-    ``where`` names the place when the error itself does not."""
+    ``where`` names the place when the error itself does not. (Tune gives a trial's error as
+    its text where it could not keep the exception: a trial process it could not reuse.)"""
     if noted := _FAILED_WRITES.get():
         return noted[0]
     seen: set[int] = set()
-    cause: BaseException | None = error
+    cause: Any = error
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
         if isinstance(cause, StorageError):
@@ -232,7 +233,7 @@ def failed_write(error: BaseException, where: Path | str = "the output folder") 
         text = next((t for t in FULL_DISK_TEXTS if t in str(cause)), None)
         if text is not None:
             return storage_error(where, text)
-        cause = cause.__cause__ or cause.__context__
+        cause = getattr(cause, "__cause__", None) or getattr(cause, "__context__", None)
     # Tune may meet the full disk first, as an empty file it wrote (error.pkl): what the
     # disk says is then the cause.
     with contextlib.suppress(OSError):
