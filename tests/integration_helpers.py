@@ -621,3 +621,41 @@ def write_mnist_parquet(folder: Path, train_rows: int, test_rows: int) -> Path:
         )
         pq.write_table(table, folder / f"{split}.parquet")
     return folder
+
+
+def mlflow_trial_runs(root: Path, metric: str | None = None) -> dict[str, tuple[dict[str, str], list[int], str]]:
+    """Trial id -> (its MLflow params, the steps of ``metric`` (none without one), its
+    ``tuner.status``), from the nested runs under this sweep folder's parent run."""
+    from mlflow.tracking import MlflowClient
+
+    state = json.loads((root / "mlflow.json").read_text())
+    client = MlflowClient(state["tracking_uri"])
+    runs = client.search_runs([state["experiment_id"]], f"tags.mlflow.parentRunId = '{state['parent_run_id']}'")
+    return {
+        run.data.tags["tuner.trial_id"]: (
+            run.data.params,
+            [m.step for m in client.get_metric_history(run.info.run_id, metric)] if metric else [],
+            run.data.tags.get("tuner.status", ""),
+        )
+        for run in runs
+    }
+
+
+def tensorboard_hparams(root: Path) -> list[tuple[set[str], set[str]]]:
+    """Per trial folder with HParams (in order): its hyperparameters and its metrics' tags, as
+    TensorBoard reads them (a trial that failed before its first report has none)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    found = []
+    for folder in sorted((root / "tune").glob("trial_driver_*")):
+        events = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+        events.Reload()
+        try:
+            content = events.PluginTagToContent("hparams")
+        except KeyError:
+            continue
+        start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+        experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
+        found.append((set(start.session_start_info.hparams), {m.name.tag for m in experiment.experiment.metric_infos}))
+    return found

@@ -407,7 +407,8 @@ BAD = [
         "unknown_scheduler",
         "name: x\nscheduler:\n  name: ashaa\n",
         3,
-        r"scheduler\.name: unknown scheduler 'ashaa'; choose one of: fifo, asha, hyperband, median, pbt, pb2, bohb, pruner$",
+        r"scheduler\.name: unknown scheduler 'ashaa'; choose one of: fifo, asha, hyperband, median, pbt, pb2, bohb, "
+        r"pruner$",
         "'ashaa'",
     ),
     Bad(

@@ -26,8 +26,7 @@ CODE = {
     "def build(width=8, num_classes=10, in_channels=1):\n    return nn.Linear(in_channels * 784, num_classes)\n\n"
     "def only_width(width):\n    return nn.Linear(784, 10)\n",
     "train.py": "print('val_accuracy=0.5')\n",
-    "study.py": "def objective(trial):\n    return trial.suggest_float('x', 0, 1)\n\n"
-    "def no_trial():\n    return 1.0\n",
+    "study.py": "def objective(trial):\n    return trial.suggest_float('x', 0, 1)\n\ndef no_trial():\n    return 1.0\n",
 }
 
 
@@ -64,14 +63,16 @@ BAD = [
         r"'study:objective' and trainable 'my_train:train'$"),
     Bad("objective_without_mode", "objective: study:objective\n", 1,
         r"metric: 'value' is your code's own; say whether it is best at max or min \(mode: max or mode: min\)$"),
-    Bad("objective_with_a_searcher_that_cannot_answer", "objective: study:objective\nmode: min\nsearcher: {name: hyperopt}\n",
-        3, r"searcher\.name: an objective's trial\.suggest_\* calls are answered by an Optuna sampler, which searcher "
+    Bad("objective_with_a_searcher_that_cannot_answer",
+        "objective: study:objective\nmode: min\nsearcher: {name: hyperopt}\n", 3,
+        r"searcher\.name: an objective's trial\.suggest_\* calls are answered by an Optuna sampler, which searcher "
         r"'hyperopt' is not; use random or optuna \(or auto\)$"),
     Bad("objective_with_a_scheduler_that_restarts_trials",
         "objective: study:objective\nmode: min\nscheduler: {name: hyperband}\ntrain: {epochs: 9}\n", 3,
         r"scheduler\.name: scheduler 'hyperband' restarts trials from their checkpoints, which an objective does not "
         r"keep; use fifo, asha, median or pruner$"),
-    Bad("pruner_without_an_objective", "trainable: my_train:train\nmetric: s\nmode: max\nscheduler: {name: pruner}\n", 4,
+    Bad("pruner_without_an_objective",
+        "trainable: my_train:train\nmetric: s\nmode: max\nscheduler: {name: pruner}\n", 4,
         r"scheduler\.name: 'pruner' answers an Optuna objective's trial\.should_prune\(\), but the file has no "
         r"objective; use asha or median for a trainable or command$"),
     Bad("objective_that_takes_no_trial", "objective: study:no_trial\nmode: min\n", 1,

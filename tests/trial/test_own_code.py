@@ -20,7 +20,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from integration_helpers import data_root, start_sweep, tuner_cli, wait_for_results
+from integration_helpers import (
+    data_root,
+    mlflow_trial_runs,
+    start_sweep,
+    tensorboard_hparams,
+    tuner_cli,
+    wait_for_results,
+)
 
 from tuner.folder.records import trial_histories
 from tuner.folder.store import SweepFolder
@@ -153,18 +160,7 @@ def _env(ray_tmp: Path) -> dict[str, str]:
 
 def _mlflow_runs(root: Path, metric: str) -> dict[str, tuple[dict[str, str], list[int]]]:
     """Trial id -> (its MLflow params, the steps of ``metric``), from the sweep's nested runs."""
-    from mlflow.tracking import MlflowClient
-
-    state = json.loads((root / "mlflow.json").read_text())
-    client = MlflowClient(state["tracking_uri"])
-    runs = client.search_runs([state["experiment_id"]], f"tags.mlflow.parentRunId = '{state['parent_run_id']}'")
-    return {
-        run.data.tags["tuner.trial_id"]: (
-            run.data.params,
-            [m.step for m in client.get_metric_history(run.info.run_id, metric)],
-        )
-        for run in runs
-    }
+    return {trial: (params, steps) for trial, (params, steps, _) in mlflow_trial_runs(root, metric).items()}
 
 
 def _tensorboard_steps(root: Path, tag: str) -> list[list[int]]:
@@ -180,19 +176,7 @@ def _tensorboard_steps(root: Path, tag: str) -> list[list[int]]:
 
 def _tensorboard_hparams(root: Path) -> list[tuple[set[str], bool]]:
     """Per trial: the hyperparameters in TensorBoard's HParams, and whether score is among its metrics."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.plugins.hparams import plugin_data_pb2
-
-    found = []
-    for folder in sorted((root / "tune").glob("trial_driver_*")):
-        events = EventAccumulator(str(folder), size_guidance={"tensors": 0})
-        events.Reload()
-        content = events.PluginTagToContent("hparams")
-        start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
-        experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
-        metrics = {m.name.tag for m in experiment.experiment.metric_infos}
-        found.append((set(start.session_start_info.hparams), "ray/tune/score" in metrics))
-    return found
+    return [(hparams, "ray/tune/score" in metrics) for hparams, metrics in tensorboard_hparams(root)]
 
 
 def test_a_model_factory_trains_in_tuners_loop_and_its_export_loads_without_the_users_folder(tmp_path, ray_tmp):

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from integration_helpers import data_root, start_sweep, tuner_cli, wait_for_results
+from integration_helpers import (
+    data_root,
+    mlflow_trial_runs,
+    start_sweep,
+    tensorboard_hparams,
+    tuner_cli,
+    wait_for_results,
+)
 
 from tuner.folder.records import trial_histories
 from tuner.folder.store import SweepFolder
@@ -115,30 +122,12 @@ def _env(ray_tmp: Path) -> dict[str, str]:
 
 def _mlflow_params(root: Path) -> dict[str, tuple[dict[str, str], str]]:
     """Trial id -> (its MLflow params, its tuner.status), from the sweep's nested runs."""
-    from mlflow.tracking import MlflowClient
-
-    state = json.loads((root / "mlflow.json").read_text())
-    client = MlflowClient(state["tracking_uri"])
-    runs = client.search_runs([state["experiment_id"]], f"tags.mlflow.parentRunId = '{state['parent_run_id']}'")
-    return {run.data.tags["tuner.trial_id"]: (run.data.params, run.data.tags["tuner.status"]) for run in runs}
+    return {trial: (params, status) for trial, (params, _, status) in mlflow_trial_runs(root).items()}
 
 
-def _hparams(root: Path) -> dict[str, set[str]]:
-    """Trial folder -> the hyperparameters in its TensorBoard HParams."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.plugins.hparams import plugin_data_pb2
-
-    found = {}
-    for folder in sorted((root / "tune").glob("trial_driver_*")):
-        events = EventAccumulator(str(folder), size_guidance={"tensors": 0})
-        events.Reload()
-        try:
-            content = events.PluginTagToContent("hparams")
-        except KeyError:  # no report: a trial that failed first
-            continue
-        start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
-        found[folder.name] = set(start.session_start_info.hparams)
-    return found
+def _hparams(root: Path) -> list[set[str]]:
+    """Per trial that reported: the hyperparameters in its TensorBoard HParams."""
+    return [hparams for hparams, _ in tensorboard_hparams(root)]
 
 
 def test_an_optuna_objective_runs_unchanged_with_its_study_pruner_and_every_record(tmp_path, ray_tmp):
@@ -198,7 +187,7 @@ def test_an_optuna_objective_runs_unchanged_with_its_study_pruner_and_every_reco
     assert re.search(rf"{tune_id[0]}\s+finished.*x=.*kind=", lines), lines
     hparams = _hparams(root)
     spaces = {frozenset({"x", "kind", "scale"}), frozenset({"x", "kind", "steps"})}
-    assert {frozenset(h) for h in hparams.values()} <= spaces and len(hparams) == 3  # 0, 1 and 5 reported
+    assert {frozenset(h) for h in hparams} <= spaces and len(hparams) == 3  # 0, 1 and 5 reported
     best = json.loads((root / "best" / "metrics.json").read_text())
     config = yaml.safe_load((root / "best" / "config.yaml").read_text())
     chosen = min((n for n in (0, 1)), key=lambda n: by_number[n].value)
@@ -290,7 +279,7 @@ def test_a_ray_tune_function_runs_unchanged_retried_from_its_checkpoint(tmp_path
     params = _mlflow_params(root)
     assert sorted(p["x"] for p, _ in params.values()) == ["0.5", "1.0"]
     assert {status for _, status in params.values()} == {"finished"}
-    assert set(map(frozenset, _hparams(root).values())) == {frozenset({"x"})}
+    assert set(map(frozenset, _hparams(root))) == {frozenset({"x"})}
     best = json.loads((root / "best" / "metrics.json").read_text())
     assert best["score"] == pytest.approx(3.0) and best["epoch"] == 3
     saved = json.loads((root / "best" / "checkpoint" / "state.json").read_text())
