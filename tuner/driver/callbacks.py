@@ -257,8 +257,16 @@ class StudyTrials(Callback):
         import ray
 
         try:
-            given = ray.get(ray.get_actor(self.keeper).close.remote(trial.trial_id, value))
+            if self.__dict__.get("handle") is None:
+                self.handle = ray.get_actor(self.keeper)
+            closed = self.handle.close.remote(trial.trial_id, value)
+            if trial.config:  # its values came with its reports: not waited for, in Tune's loop
+                return
+            given = ray.get(closed)  # (a trial that failed before its first report sent none)
         except (ValueError, ray.exceptions.RayError):  # no keeper: the driver is stopping
             return
-        trial.config.update(given)  # (a trial that failed before its first report sent none)
+        trial.config.update(given)
         trial.evaluated_params.update(given)
+
+    def __getstate__(self) -> dict[str, Any]:  # Tune pickles its callbacks; a handle is this driver's
+        return {k: v for k, v in self.__dict__.items() if k != "handle"}

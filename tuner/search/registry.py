@@ -194,6 +194,14 @@ def check_pair(sweep: Any, conditional_at: str | None) -> None:
         )
 
 
+def objective_default(sweep: Any) -> None:
+    """An objective's searcher when the file names none: TPE as Optuna's ``TPESampler()`` is
+    (10 random trials first), what an Optuna study would use, not random search."""
+    if "searcher" not in sweep.model_fields_set:
+        object.__setattr__(sweep, "searcher", OptunaSearcher(name="optuna", sampler="tpe", n_startup_trials=10))
+        sweep.model_fields_set.add("searcher")  # saved in sweep.yaml
+
+
 def check_objective(sweep: Any) -> None:
     """An Optuna objective (``objective:``): a searcher that answers its ``trial.suggest_*``
     calls, and a scheduler that needs no checkpoint of it (it keeps none)."""

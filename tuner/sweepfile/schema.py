@@ -164,6 +164,8 @@ class SweepConfig(Strict):
         if self.mode is None:
             object.__setattr__(self, "mode", METRICS[self.metric])
         checks.space(self)
+        if self.objective is not None:
+            registry.objective_default(self)
         if self.searcher.picks:
             registry.pick(self)
         checks.objectives(self)
