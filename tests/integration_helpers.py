@@ -659,3 +659,16 @@ def tensorboard_hparams(root: Path) -> list[tuple[set[str], set[str]]]:
         experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
         found.append((set(start.session_start_info.hparams), {m.name.tag for m in experiment.experiment.metric_infos}))
     return found
+
+
+def tensorboard_steps(root: Path, tag: str) -> list[list[int]]:
+    """Per trial folder (in order): the steps of scalar ``tag`` (``ray/tune/<metric>``) as
+    TensorBoard reads them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps = []
+    for folder in sorted((root / "tune").glob("trial_driver_*")):
+        events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        events.Reload()
+        steps.append([e.step for e in events.Scalars(tag)] if tag in events.Tags()["scalars"] else [])
+    return steps

@@ -257,13 +257,13 @@ def test_a_job_runs_a_users_training_function_shipped_to_both_nodes(cluster, tmp
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _example(name: str, tmp_path: Path) -> Path:
+def _example(name: str, tmp_path: Path, file: str = "sweep.yaml") -> Path:
     """``examples/<name>`` copied to a folder the cluster never saw; its sweep file."""
     import shutil
 
     folder = tmp_path / "theirs" / name
     shutil.copytree(EXAMPLES / name, folder, ignore=shutil.ignore_patterns("__pycache__"))
-    return folder / "sweep.yaml"
+    return folder / file
 
 
 def test_a_job_runs_an_optuna_objective_unchanged_with_its_study_on_the_drivers_node(cluster, tmp_path):
@@ -306,6 +306,30 @@ def test_a_job_runs_a_ray_tune_function_unchanged(cluster, tmp_path):
     assert mlflow_children(root, "mean_accuracy") == {trial: [1, 2] for trial in histories}
     state = torch.load(root / "best" / "checkpoint" / "checkpoint.pt", map_location="cpu", weights_only=True)
     assert state["epoch"] == 2  # the function's own checkpoint, exported
+
+
+@pytest.mark.parametrize(
+    "example, file, metric",
+    [
+        ("lightning_mnist", "sweep.yaml", "val_accuracy"),  # a training function
+        ("transformers_trainer", "sweep-command.yaml", "eval_accuracy"),  # a command
+    ],
+)
+def test_a_job_runs_a_trainer_with_its_one_callback_line(cluster, tmp_path, example, file, metric):
+    """Lightning's and Transformers' Trainer as Ray Jobs, through TunerCallback."""
+    _ensure_worker(cluster)
+    sweep_file = _example(example, tmp_path, file)
+    name = yaml.safe_load(sweep_file.read_text())["name"]
+    sets = [f"output_dir={tmp_path / 'runs'}", "trials.num_samples=1", "train.epochs=2", "scheduler={name: fifo}"]
+    done = _cli(
+        cluster, "submit", str(sweep_file), *[f"--set={s}" for s in sets], "--address", cluster.dashboard, "--follow"
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    root = tmp_path / "runs" / name
+    [(trial, rows)] = trial_histories(SweepFolder(root)).items()
+    assert [row["epoch"] for row in rows] == [1, 2] and rows[-1][metric] > 0.3, rows
+    assert mlflow_children(root, metric) == {trial: [1, 2]}
+    assert any((root / "best" / "checkpoint").iterdir())  # the Trainer's own checkpoint, exported
 
 
 def test_a_job_runs_a_torchrun_script_across_both_nodes(cluster, tmp_path):

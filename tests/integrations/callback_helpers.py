@@ -5,7 +5,6 @@ the real CLI as a user runs it, with what a user then reads (histories, export, 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -93,12 +92,6 @@ def sweep_example(name: str, sweep_file: str, tmp_path: Path, ray_tmp: Path, *ov
 
 def mlflow_steps(root: Path, metric: str) -> dict[str, list[int]]:
     """The sweep's MLflow trial runs: trial id -> the steps of ``metric``'s history."""
-    from mlflow.tracking import MlflowClient
+    from integration_helpers import mlflow_trial_runs
 
-    state = json.loads((root / "mlflow.json").read_text())
-    client = MlflowClient(state["tracking_uri"])
-    runs = client.search_runs([state["experiment_id"]], f"tags.mlflow.parentRunId = '{state['parent_run_id']}'")
-    return {
-        run.data.tags["tuner.trial_id"]: [m.step for m in client.get_metric_history(run.info.run_id, metric)]
-        for run in runs
-    }
+    return {trial: steps for trial, (_, steps, _) in mlflow_trial_runs(root, metric).items()}

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from callback_helpers import FIFO, fake_trial, mlflow_steps, sweep_example
+from integration_helpers import tensorboard_hparams, tensorboard_steps
 
 from tuner.folder.records import trial_histories
 from tuner.folder.store import SweepFolder
@@ -160,6 +161,8 @@ def test_lightning_mnist_as_a_training_function(tmp_path, ray_tmp):
     assert best["val_accuracy"] == max(row["val_accuracy"] for rows in histories.values() for row in rows)
     assert state["epoch"] == best["epoch"] - 1 and "net.0.weight" in state["state_dict"]  # the best epoch's
     assert mlflow_steps(root, "val_accuracy") == {trial: [1, 2] for trial in histories}
+    assert tensorboard_steps(root, "ray/tune/val_accuracy") == [[1, 2]] * 2
+    assert [hparams for hparams, _ in tensorboard_hparams(root)] == [{"lr", "hidden", "dropout"}] * 2
 
 
 @pytest.mark.integration
@@ -177,3 +180,4 @@ def test_lightning_mnist_as_a_command(tmp_path, ray_tmp):
     assert best["val_accuracy"] > 0.5
     assert state["epoch"] == best["epoch"] - 1 and "net.0.weight" in state["state_dict"]
     assert list(mlflow_steps(root, "val_accuracy").values()) == [[1, 2]]
+    assert tensorboard_steps(root, "ray/tune/val_accuracy") == [[1, 2]]

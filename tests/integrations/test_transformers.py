@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from callback_helpers import FIFO, fake_trial, mlflow_steps, sweep_example
+from integration_helpers import tensorboard_hparams, tensorboard_steps
 
 from tuner.errors import TunerError
 from tuner.folder.records import trial_histories
@@ -153,6 +154,8 @@ def test_transformers_trainer_as_a_training_function(tmp_path, ray_tmp):
     best = _check_export(root, "accuracy")
     assert best["accuracy"] == max(row["accuracy"] for rows in histories.values() for row in rows)
     assert mlflow_steps(root, "accuracy") == {trial: [1, 2] for trial in histories}
+    assert tensorboard_steps(root, "ray/tune/eval_accuracy") == [[1, 2]] * 2
+    assert [hparams for hparams, _ in tensorboard_hparams(root)] == [{"lr", "width", "weight_decay"}] * 2
 
 
 @pytest.mark.integration
@@ -171,3 +174,4 @@ def test_transformers_trainer_as_a_command(tmp_path, ray_tmp):
     assert [row["epoch"] for row in rows] == [1, 2]
     _check_export(root, "eval_accuracy")
     assert list(mlflow_steps(root, "eval_accuracy").values()) == [[1, 2]]
+    assert tensorboard_steps(root, "ray/tune/eval_accuracy") == [[1, 2]]

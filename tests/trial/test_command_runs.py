@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from integration_helpers import data_root
+from integration_helpers import data_root, mlflow_children, tensorboard_steps
 
 from tuner.driver.sweep import run_sweep
 from tuner.folder.records import trial_histories
@@ -69,6 +69,9 @@ def test_a_katib_style_script_is_tuned_through_metric_pattern_and_writes_in_its_
         assert (saved["lr"], saved["epoch"]) == (pytest.approx(lr), 2)
     assert sorted(round(rows[0]["val_acc"], 3) for rows in histories.values()) == [0.1, 0.3]
     assert outcome.best["val_acc"] == pytest.approx(0.6)
+    root = outcome.folder.root  # every record: MLflow's curves and TensorBoard's, as their clients read them
+    assert mlflow_children(root, "val_acc") == {trial: [1, 2] for trial in histories}
+    assert tensorboard_steps(root, "ray/tune/val_acc") == [[1, 2]] * 2
     snapshots = Path(tempfile.gettempdir()) / "tuner-code"
     assert not list(code.rglob("model.pt")) and not list((outcome.folder.root / "code").rglob("model.pt"))
     assert not any((snapshot / "model.pt").exists() for snapshot in snapshots.iterdir())
@@ -107,6 +110,8 @@ def test_an_unchanged_torchrun_script_runs_on_two_train_workers_rank_0s_lines_th
     [folder] = outcome.folder.tune.glob(f"trial_driver_{trial_id}_*")
     assert (folder / "command.log").is_file()  # rank 0's, beside the trial's records in the sweep
     assert not _running(snapshot.read(outcome.folder.root / "code").materialise()), "a rank's command outlived it"
+    assert mlflow_children(outcome.folder.root, "val_accuracy") == {trial_id: [1, 2]}
+    assert tensorboard_steps(outcome.folder.root, "ray/tune/val_accuracy") == [[1, 2]]
 
 
 def _trial_folders(outcome, trial_id: str) -> list[Path]:

@@ -25,6 +25,7 @@ from integration_helpers import (
     mlflow_trial_runs,
     start_sweep,
     tensorboard_hparams,
+    tensorboard_steps,
     tuner_cli,
     wait_for_results,
 )
@@ -163,17 +164,6 @@ def _mlflow_runs(root: Path, metric: str) -> dict[str, tuple[dict[str, str], lis
     return {trial: (params, steps) for trial, (params, steps, _) in mlflow_trial_runs(root, metric).items()}
 
 
-def _tensorboard_steps(root: Path, tag: str) -> list[list[int]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    steps = []
-    for folder in sorted((root / "tune").glob("trial_driver_*")):
-        events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-        events.Reload()
-        steps.append([e.step for e in events.Scalars(tag)] if tag in events.Tags()["scalars"] else [])
-    return steps
-
-
 def _tensorboard_hparams(root: Path) -> list[tuple[set[str], bool]]:
     """Per trial: the hyperparameters in TensorBoard's HParams, and whether score is among its metrics."""
     return [(hparams, "ray/tune/score" in metrics) for hparams, metrics in tensorboard_hparams(root)]
@@ -203,7 +193,7 @@ def test_a_model_factory_trains_in_tuners_loop_and_its_export_loads_without_the_
     runs = _mlflow_runs(root, "val_accuracy")
     assert sorted(params["width"] for params, _ in runs.values()) == ["4", "8"]
     assert [steps for _, steps in runs.values()] == [[1, 2], [1, 2]]
-    assert _tensorboard_steps(root, "ray/tune/val_accuracy") == [[1, 2], [1, 2]]
+    assert tensorboard_steps(root, "ray/tune/val_accuracy") == [[1, 2], [1, 2]]
 
     code.rename(tmp_path / "moved_away")  # the export must not need the user's folder
     elsewhere = tmp_path / "elsewhere"
@@ -269,7 +259,7 @@ def test_a_training_function_is_stopped_by_asha_and_retried_from_its_checkpoint(
     runs = _mlflow_runs(root, "score")
     assert runs[good][1] == [1, 2, 3] and runs[poor][1] == [1]
     assert runs[good][0]["x"] == "0.9"
-    assert sorted(_tensorboard_steps(root, "ray/tune/total")) == [[1], [1, 2, 3]]
+    assert sorted(tensorboard_steps(root, "ray/tune/total")) == [[1], [1, 2, 3]]
     assert _tensorboard_hparams(root) == [({"x"}, True)] * 2  # the searched value; the constants are not
     # no model factory: best/ is the best checkpoint as the function saved it
     best = json.loads((root / "best" / "metrics.json").read_text())
