@@ -36,6 +36,10 @@ class LoadedYaml:
         """The line of the field path a cross-field message starts with (``a.b.c: ...``)."""
         for head in message.split(":", 1)[0].split(" / "):
             head = head.strip()
+            if re.fullmatch(r"[\w.]+\[\d+\]", head):  # a list's item: constraints[1]
+                name, index = head[:-1].split("[")
+                path = (*name.split("."), int(index))
+                return self.lines.get(path, self.line_of(path))
             if re.fullmatch(r"[\w.]+", head) and tuple(head.split(".")) in self.lines:
                 return self.lines[tuple(head.split("."))]
         head = message.split(":", 1)[0].split(" / ")[0].strip()

@@ -271,7 +271,7 @@ BAD = [
         "name: x\nschedular:\n  name: asha\n",
         2,
         r"schedular: unknown key 'schedular'; did you mean 'scheduler'\? \(valid keys: checkpoint, code_dir, command, "
-        r"data, .*scheduler, searcher, seed, select, space, tracking, train, trainable, trials\)$",
+        r"constraints, data, .*scheduler, searcher, seed, select, space, tracking, train, trainable, trials\)$",
         "unknown key 'schedular'",
     ),
     Bad(
@@ -771,6 +771,66 @@ BAD = [
         r"'batchsize'; did you mean 'batch_size'\?",
         "did you mean 'batch_size'?",
         overrides=("space.params.batchsize=32",),
+    ),
+    # constraints (issue 42): each bad item one line, at its own line, naming constraints[i] and the value
+    Bad(
+        "constraint_unreadable",
+        "name: x\nconstraints:\n  - params < 200000\n  - params\n",
+        4,
+        r"constraints\[1\]: cannot read it; write '<metric> <op> <number>' with op one of <, <=, >, >=, "
+        r"e\.g\. 'params < 200000', but got 'params'$",
+        "'params'",
+    ),
+    Bad(
+        "constraint_unknown_operator",
+        "name: x\nconstraints:\n  - params == 200000\n",
+        3,
+        r"constraints\[0\]: unknown operator '=='; use one of <, <=, >, >=, but got 'params == 200000'$",
+        "'params == 200000'",
+    ),
+    Bad(
+        "constraint_bound_not_a_number",
+        "name: x\nconstraints: ['latency_ms <= fast']\n",
+        2,
+        r"constraints\[0\]: the bound 'fast' is not a finite number, but got 'latency_ms <= fast'$",
+        "'latency_ms <= fast'",
+    ),
+    Bad(
+        "constraint_not_a_string",
+        "name: x\nconstraints:\n  - {params: 200000}\n",
+        3,
+        r"constraints\[0\]: a constraint is a string; write .*, but got \{'params': 200000\}$",
+        "{'params': 200000}",
+    ),
+    Bad(
+        "constraints_not_a_list",
+        "name: x\nconstraints: params < 200000\n",
+        2,
+        r"constraints: a list such as \['params < 200000', 'latency_ms <= 2'\], but got 'params < 200000'$",
+        "'params < 200000'",
+    ),
+    Bad(
+        "constraint_twice",
+        "name: x\nconstraints:\n  - params < 200000\n  - val_loss < 1\n  - params<2e5\n",
+        5,
+        r"constraints\[2\]: 'params<2e5' repeats constraints\[0\]; give each constraint once$",
+        "'params<2e5'",
+    ),
+    Bad(
+        "constraint_on_a_metric_tuners_loop_lacks",
+        "name: x\nconstraints:\n  - val_acc >= 0.9\n",
+        3,
+        r"constraints\[0\]: tuner's loop reports no 'val_acc'; did you mean 'val_accuracy'\? \(it reports "
+        r"val_accuracy, val_loss, train_loss, params, latency_ms, lr, compute_s, images_per_s\)$",
+        "'val_acc'",
+    ),
+    Bad(
+        "constraint_on_an_objective",
+        "name: x\nobjective: my_study:objective\nmode: min\nconstraints: ['value < 1']\n",
+        4,
+        r"constraints: an objective reports only the value it returns, so there is no metric to constrain; "
+        r"run your code as a trainable \(module:function\) that reports the constrained metrics$",
+        "objective reports only the value it returns",
     ),
 ]
 assert len({case.id for case in BAD}) == len(BAD)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.folder import constraints as constraining
 from tuner.folder import pareto
 from tuner.folder.store import (
     SweepFolder,
@@ -210,14 +211,17 @@ def best_epoch(
     mode: str,
     objectives: Sequence[tuple[str, str]] = (),
     rule: pareto.Rule | None = None,
+    constraints: Sequence[constraining.Constraint] = (),
 ) -> BestEpoch | None:
-    """The sweep's metric, by its mode, over every epoch of every trial.
+    """The sweep's metric, by its mode, over every epoch of every feasible trial (every
+    trial without ``constraints``; tuner/folder/constraints.py decides).
 
     Ties go to the first in trial-id order, then epoch order, so every caller (status,
     best, export, MLflow) names the same trial and epoch. With several ``objectives``
     (metric is the first): the point ``rule`` takes from the front of every trial's best
     epoch by the first (``pareto_points``).
     """
+    histories = constraining.feasible_only(histories, constraints)
     if objectives:
         points = pareto_points(histories, metric, mode, objectives)
         if not points:

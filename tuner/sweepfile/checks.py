@@ -317,3 +317,58 @@ def lower_first(text: str) -> str:
 def _which(cfg: SweepConfig) -> str:
     """How an error names the user's code the file gives."""
     return "trainable" if cfg.trainable is not None else "command" if cfg.command is not None else "objective"
+
+
+def constraint_texts(value: object) -> object:
+    """``constraints``: a list of ``<metric> <op> <number>``, each readable, none twice
+    (tuner/folder/constraints.py reads them); each bad item is one ``constraints[i]:`` line."""
+    from tuner.folder import constraints as constraining
+
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise fail("constraints: a list such as ['params < 200000', 'latency_ms <= 2'], but got {value!r}", value=value)
+    seen: dict[constraining.Constraint, int] = {}
+    for index, text in enumerate(value):
+        try:
+            parsed = constraining.parse(text)
+        except ValueError as error:
+            raise fail(
+                "constraints[{index}]: {error}, but got {given!r}", index=index, error=error, given=text
+            ) from None
+        if parsed in seen:
+            raise fail(
+                "constraints[{index}]: {given!r} repeats constraints[{first}]; give each constraint once",
+                index=index,
+                given=text,
+                first=seen[parsed],
+            )
+        seen[parsed] = index
+    return [text.strip() for text in value]
+
+
+def constraints(cfg: SweepConfig) -> None:
+    """Constraints on metrics the trials report: tuner's loop's, or any of a user's code; an
+    Optuna objective reports only what it returns, so it has nothing to constrain."""
+    if not cfg.constraints:
+        return
+    if cfg.objective is not None:
+        raise fail(
+            "constraints: an objective reports only the value it returns, so there is no metric to constrain; "
+            "run your code as a trainable (module:function) that reports the constrained metrics"
+        )
+    if cfg.own_loop:
+        return
+    from tuner.folder.records import TRIAL_METRICS
+
+    known = list(dict.fromkeys([*METRICS, *TRIAL_METRICS]))
+    for index, constraint in enumerate(cfg.parsed_constraints):
+        if constraint.metric not in known:
+            close = difflib.get_close_matches(constraint.metric, known, n=1)
+            raise fail(
+                "constraints[{index}]: tuner's loop reports no {metric!r}{hint} (it reports {known})",
+                index=index,
+                metric=constraint.metric,
+                hint=f"; did you mean {close[0]!r}?" if close else "",
+                known=", ".join(known),
+            )

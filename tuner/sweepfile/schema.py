@@ -46,6 +46,9 @@ class SweepConfig(Strict):
     # kept as metric/mode = the first and this list of every one (as sweep.yaml saves it).
     objectives: list[Objective] = Field(default_factory=list)
     select: Literal["knee"] | SelectRule = "knee"  # which point of the Pareto front is exported
+    # What a trial must meet to count ("params < 200000"): told to the searchers that model
+    # them, and the best is the best feasible trial (tuner/folder/constraints.py).
+    constraints: list[str] = Field(default_factory=list)
     # A user's code (docs/own-code.md): a training function or a command runs each trial
     # instead of tuner's loop; model.factory names a model of the user's for either.
     trainable: str | None = None  # my_train:train, called as train(params, context)
@@ -87,6 +90,11 @@ class SweepConfig(Strict):
                 value=value,
             )
         return value
+
+    @field_validator("constraints", mode="before")
+    @classmethod
+    def _readable_constraints(cls, value: Any) -> Any:
+        return checks.constraint_texts(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -175,7 +183,26 @@ class SweepConfig(Strict):
         if self.objective is not None:
             registry.check_objective(self)
         checks.the_rest(self)
+        checks.constraints(self)
         return self
+
+    @property
+    def parsed_constraints(self) -> tuple[Any, ...]:
+        """``constraints`` as tuner/folder/constraints.py's Constraint objects."""
+        from tuner.folder import constraints
+
+        return tuple(constraints.parse(text) for text in self.constraints)
+
+    def nothing_feasible(self, histories: dict[str, list[dict[str, Any]]]) -> str | None:
+        """Why there is no best although trials reported the metric: none meets the
+        constraints (one line); None when there is a feasible trial, or no report at all."""
+        reported = [rows for rows in histories.values() if any(self.metric in row for row in rows)]
+        if not self.constraints or not reported or self.best_epoch(histories) is not None:
+            return None
+        return (
+            f"no trial meets the constraints ({', '.join(self.constraints)}): "
+            f"all {len(reported)} that reported {self.metric} are infeasible"
+        )
 
     @property
     def objective_pairs(self) -> list[tuple[str, str]]:
@@ -194,10 +221,13 @@ class SweepConfig(Strict):
 
     def best_epoch(self, histories: dict[str, list[dict[str, Any]]]) -> Any:
         """The sweep's best (trial, epoch) over ``histories``: by its metric, or by ``select``
-        on the Pareto front of several objectives (tuner.folder.records.best_epoch)."""
+        on the Pareto front of several objectives, among the trials that meet ``constraints``
+        (tuner.folder.records.best_epoch)."""
         from tuner.folder import records
 
-        return records.best_epoch(histories, self.metric, self.mode, self.objective_pairs, self.best_rule())
+        return records.best_epoch(
+            histories, self.metric, self.mode, self.objective_pairs, self.best_rule(), self.parsed_constraints
+        )
 
     @property
     def picked(self) -> str | None:
