@@ -74,12 +74,23 @@ def describe(
             *([f"  data {held}"] if data is not None else []),
             f"  search {searched}; searcher {searcher}, scheduler {sweep.scheduler.name}, "
             + (", ".join(f"{o.mode}imise {o.metric}" for o in sweep.objectives) or f"{sweep.mode}imise {sweep.metric}"),
+            *([constraints_line(sweep)] if sweep.constraints else []),
             f"  {slots} trial(s) at once, each {sweep.scaling.workers} worker(s) x "
             f"{sweep.scaling.cpus_per_worker:g} CPU on {device}, "
             f"{'in the trial process' if sweep.scaling.direct else 'as a TorchTrainer'}",
             f"  output: {folder.where}",
         ]
     )
+
+
+def constraints_line(sweep: SweepConfig) -> str:
+    """What the searcher does with ``constraints``: models them, or only filters the trials."""
+    how = (
+        f"modelled by searcher {sweep.searcher.described}"
+        if sweep.searcher.models_constraints()
+        else f"searcher {sweep.searcher.described} cannot model them, so they only filter"
+    )
+    return f"  constraints {', '.join(sweep.constraints)}: {how}; the best is the best trial that meets them"
 
 
 def _searched(name: str, spec: Any) -> str:

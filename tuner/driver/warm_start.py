@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuner.errors import ConfigError, TunerError
+from tuner.folder import constraints as constraining
 from tuner.folder import records
 from tuner.results.summaries import open_sweep, trial_summaries
 from tuner.search.base import Evaluated
@@ -34,13 +35,10 @@ def earlier_trials(sweep: SweepConfig) -> list[Evaluated]:
     histories = records.trial_histories(folder)
     evaluated = []
     for trial in trial_summaries(earlier, folder, histories):
-        values = tuple(
-            float(row[sweep.metric])
-            for row in histories.get(trial.trial_id, [])
-            if isinstance(row.get(sweep.metric), (int, float))
-        )
+        rows = histories.get(trial.trial_id, [])
+        values = tuple(float(row[sweep.metric]) for row in rows if isinstance(row.get(sweep.metric), (int, float)))
         if trial.status in ENDED and values:
-            evaluated.append(Evaluated(dict(trial.config), values))
+            evaluated.append(Evaluated(dict(trial.config), values, _constraint_values(sweep, rows)))
     if not evaluated:
         raise sweep.locate(
             ConfigError(
@@ -48,3 +46,11 @@ def earlier_trials(sweep: SweepConfig) -> list[Evaluated]:
             )
         )
     return evaluated
+
+
+def _constraint_values(sweep: SweepConfig, rows: list[dict]) -> dict[str, float]:
+    """An earlier trial's values of this sweep's constraints, for a searcher that models them."""
+    if not sweep.constraints or not sweep.searcher.models_constraints():
+        return {}
+    constraints = sweep.parsed_constraints
+    return constraining.optuna_values(constraints, constraining.last_values(rows, (c.metric for c in constraints)))

@@ -10,7 +10,7 @@ it: ``check`` runs inside its validator).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tuner.strict import Strict
@@ -27,6 +27,8 @@ class Evaluated:
 
     config: dict[str, Any]
     values: tuple[float, ...]  # the sweep metric at epochs 1, 2, ...; the last is its result
+    # this sweep's constraints' values (tuner/folder/constraints.py), for a searcher that models them
+    constraints: dict[str, float] = field(default_factory=dict)
 
 
 class Scheduler(Strict):
@@ -101,6 +103,11 @@ class Searcher(Strict):
     def single_objective_name(self) -> str | None:
         """How a refusal of several objectives names it; None: it takes several."""
         return None if self.compares_several else f"searcher {self.name!r}"
+
+    def models_constraints(self) -> bool:
+        """Whether it is told each trial's ``constraints`` and learns where they hold (Optuna's
+        TPE, GP, NSGA-II); else the constraints only filter the trials after they ran."""
+        return False
 
     def study_sampler(self, sweep: SweepConfig) -> Any:
         """The Optuna sampler that answers an objective's ``trial.suggest_*`` calls

@@ -12,6 +12,8 @@ from tuner.search.base import Evaluated, Searcher
 from tuner.strict import fail
 
 OPTUNA_SAMPLERS = ("tpe", "cmaes", "gp", "qmc", "nsga2", "random")
+# The samplers that read a trial's constraints (Trial.set_constraint) and model them
+CONSTRAINED_SAMPLERS = ("tpe", "gp", "nsga2")
 
 
 class OptunaSearcher(Searcher):
@@ -26,6 +28,9 @@ class OptunaSearcher(Searcher):
     def check(self, sweep: Any) -> None:
         if self.warm_start is not None and self.sampler == "qmc":
             raise fail("searcher.warm_start: the qmc sampler draws a fixed sequence and learns nothing from trials")
+
+    def models_constraints(self) -> bool:
+        return self.sampler in CONSTRAINED_SAMPLERS
 
     def single_objective_name(self) -> str | None:
         return "optuna's cmaes sampler" if self.sampler == "cmaes" else None
@@ -81,10 +86,12 @@ def optuna_search(sweep: Any, sampler: str) -> Any:
             sampler, sweep.seed, getattr(s, "n_startup_trials", 4), getattr(s, "population_size", 50)
         )
     space = OptunaSpace(sweep.param_specs())
+    # cmaes, qmc, random learn nothing from them (cmaes warns at each trial): not told
+    constraints = sweep.parsed_constraints if sweep.searcher.models_constraints() else ()
     if sweep.objectives:  # several: Optuna is told every one when a trial ends
         metric, mode = [o.metric for o in sweep.objectives], [o.mode for o in sweep.objectives]
-        return SpaceOptunaSearch(space=space, metric=metric, mode=mode, sampler=chosen)
-    return SpaceOptunaSearch(space=space, metric=sweep.metric, mode=sweep.mode, sampler=chosen)
+        return SpaceOptunaSearch(space=space, metric=metric, mode=mode, sampler=chosen, constraints=constraints)
+    return SpaceOptunaSearch(space=space, metric=sweep.metric, mode=sweep.mode, sampler=chosen, constraints=constraints)
 
 
 def warm_start(search_alg: Any, evaluated: list[Evaluated]) -> tuple[int, int]:
@@ -106,6 +113,7 @@ def warm_start(search_alg: Any, evaluated: list[Evaluated]) -> tuple[int, int]:
                 distributions=distributions,
                 value=trial.values[-1],
                 intermediate_values=dict(enumerate(trial.values, start=1)),
+                constraints=trial.constraints or None,  # GP wants every trial's or none
             )
         )
         told += 1

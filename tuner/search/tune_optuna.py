@@ -13,10 +13,13 @@ Optuna's parameters and distributions, or None when it lies outside this space.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ray.tune.search.optuna import OptunaSearch
 
+from tuner.folder import constraints as constraining
+from tuner.folder.constraints import Constraint
 from tuner.search.spaces import ParamSpec
 
 PLAIN = (type(None), bool, int, float, str)  # what Optuna's categorical distribution holds
@@ -126,7 +129,36 @@ def _to_internal(spec: ParamSpec, value: Any) -> Any:
 
 class SpaceOptunaSearch(OptunaSearch):
     """Ray's OptunaSearch with a tuner space: the trial's config is what the space returns
-    (plain names), not Optuna's path-named parameters."""
+    (plain names), not Optuna's path-named parameters; with ``constraints`` (tuner/folder/
+    constraints.py), each trial's constraint values set on its Optuna trial before
+    ``study.tell``, from the last value it reported of each constrained metric (Optuna 5's
+    ``Trial.set_constraint``, which TPE, GP and NSGA-II read; ``constraints_func`` is
+    deprecated there)."""
+
+    def __init__(self, *args: Any, constraints: Sequence[Constraint] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._constraints = tuple(constraints)
+        self._constrained_values: dict[str, dict[str, float]] = {}  # trial id -> metric -> last value
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self._note_constrained(trial_id, result)
+        super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        constraints = getattr(self, "_constraints", ())  # () in a searcher pickled before constraints
+        if constraints and result and trial_id not in self._completed_trials:
+            self._note_constrained(trial_id, result)
+            ot_trial = self._ot_trials[trial_id]
+            measured = self._constrained_values.pop(trial_id, {})
+            for key, value in constraining.optuna_values(constraints, measured).items():
+                ot_trial.set_constraint(key, value)
+        super().on_trial_complete(trial_id, result, error)
+
+    def _note_constrained(self, trial_id: str, result: dict) -> None:
+        constraints = getattr(self, "_constraints", ())
+        if constraints:
+            found = constraining.last_values([result], (c.metric for c in constraints))
+            self._constrained_values.setdefault(trial_id, {}).update(found)
 
     def _suggest_from_define_by_run_func(self, func: Any, ot_trial: Any) -> dict[str, Any]:
         return func(ot_trial)

@@ -18,7 +18,7 @@ METRICS = {
     "val_loss": "min",
     "train_loss": "min",
     "params": "min",  # the model's parameter count
-    "latency_ms": "min",  # inference per image, measured after each epoch (only when an objective)
+    "latency_ms": "min",  # inference per image, measured after each epoch (only when an objective or constrained)
 }
 # what may be optimised at all with tuner's loop: one metric, or several objectives
 SINGLE_ONLY = ("params", "latency_ms")

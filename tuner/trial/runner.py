@@ -71,7 +71,7 @@ class TrialSetup:
     own: OwnLoop | None = None  # the user's training function or command runs instead of the loop
     code: CodeSnapshot | None = None  # the user's code folder, shipped to every trial
     trials_dir: str | None = None  # the sweep's tune/ folder, where every node sees it (None at a URI)
-    measure_latency: bool = False  # latency_ms is an objective: time inference after each epoch
+    measure_latency: bool = False  # latency_ms is an objective or constrained: time inference after each epoch
     # trials.stall_timeout_s as a number: also how long a DDP rank waits in a collective
     # (torch.distributed's timeout) before it raises; None: Ray Train's own (30 min)
     collective_timeout_s: float | None = None
@@ -120,7 +120,8 @@ class TrialSetup:
             augment=tuple(sweep.data.augment),
             crop_padding=sweep.data.crop_padding,
             own=own,
-            measure_latency="latency_ms" in (sweep.metric, *(o.metric for o in sweep.objectives)),
+            measure_latency="latency_ms"
+            in (sweep.metric, *(o.metric for o in sweep.objectives), *(c.metric for c in sweep.parsed_constraints)),
             collective_timeout_s=stall if isinstance(stall, (int, float)) else None,
             **run,
         )
