@@ -11,6 +11,10 @@ class TunerError(ValueError):
     """
 
 
+class NoFeasibleTrial(TunerError):
+    """Trials reported the sweep's metric, but none meets its ``constraints``: no best, nothing exported."""
+
+
 class ConfigError(TunerError):
     """A sweep or search-space file that does not validate."""
 

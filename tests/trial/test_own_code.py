@@ -8,6 +8,8 @@ a checkpoint, ``status``'s reasons, the export."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -30,6 +32,7 @@ from integration_helpers import (
     wait_for_results,
 )
 
+from tuner.cli import main
 from tuner.folder.records import trial_histories
 from tuner.folder.store import SweepFolder
 
@@ -164,6 +167,16 @@ def _mlflow_runs(root: Path, metric: str) -> dict[str, tuple[dict[str, str], lis
     return {trial: (params, steps) for trial, (params, steps, _) in mlflow_trial_runs(root, metric).items()}
 
 
+def _mlflow_tags_by(root: Path, param: str) -> dict[str, dict[str, str]]:
+    """The value of ``param`` -> the tags of the trial run that had it, under this sweep's parent run."""
+    from mlflow.tracking import MlflowClient
+
+    state = json.loads((root / "mlflow.json").read_text())
+    client = MlflowClient(state["tracking_uri"])
+    runs = client.search_runs([state["experiment_id"]], f"tags.mlflow.parentRunId = '{state['parent_run_id']}'")
+    return {run.data.params[param]: run.data.tags for run in runs}
+
+
 def _tensorboard_hparams(root: Path) -> list[tuple[set[str], bool]]:
     """Per trial: the hyperparameters in TensorBoard's HParams, and whether score is among its metrics."""
     return [(hparams, "ray/tune/score" in metrics) for hparams, metrics in tensorboard_hparams(root)]
@@ -181,13 +194,27 @@ def test_a_model_factory_trains_in_tuners_loop_and_its_export_loads_without_the_
             "train": {"epochs": 2, "batch_size": 64, "lr": 3e-3},
             "space": {"params": {"width": {"grid": [4, 8]}}},
             "trials": {"num_samples": 1},
+            # width 4 has 7,890 parameters, width 8 15,770 (issue 42): the best is the feasible one
+            "constraints": ["params < 10000"],
         },
     )
     done = tuner_cli("sweep", str(sweep_file), env=_env(ray_tmp))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "constraints params < 10000: searcher random cannot model them, so they only filter" in done.stdout
     root = tmp_path / "runs" / "factory"
     metrics = json.loads((root / "best" / "metrics.json").read_text())
     assert metrics["test_accuracy"] > 0.5, metrics  # it trained: well above chance on 10,000 test images
+    tags = _mlflow_tags_by(root, "width")
+    assert (tags["4"]["tuner.feasible"], tags["8"]["tuner.feasible"]) == ("true", "false")
+    assert tags["8"]["tuner.violated"] == "params < 10000 (got 15770)" and "tuner.violated" not in tags["4"]
+    assert metrics["trial_id"] == tags["4"]["tuner.trial_id"]  # width 8 may score higher; it misses the budget
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # `tuner status`, in this process: no second interpreter to wait for
+        assert main(["status", str(root)]) == 0
+    status = printed.getvalue()
+    assert re.search(rf"{tags['8']['tuner.trial_id']}\s+finished\s+2\s+\S+\s+\d\s+NO\b", status), status
+    assert re.search(rf"{tags['4']['tuner.trial_id']}\s+finished\s+2\s+\S+\s+\d\s+yes\b", status), status
+    assert f"best so far: {metrics['trial_id']} at epoch" in status
     assert re.search(r"registered model 'mnist_my_models\.build' version 1", done.stdout), done.stdout
 
     runs = _mlflow_runs(root, "val_accuracy")

@@ -8,7 +8,7 @@ import contextlib
 import sys
 
 from tuner.cli.common import Commands, best_where, print_front
-from tuner.errors import TunerError
+from tuner.errors import NoFeasibleTrial, TunerError
 from tuner.invocation import tuner_command
 
 
@@ -33,9 +33,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     summaries = trial_summaries(sweep, folder)
     print("\n".join(trials_table(sweep, summaries)))
     if any(t.best_value is not None for t in summaries):
-        best = best_trial(sweep, folder, summaries)
-        print(f"best so far: {best.trial_id} at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}")
-        print_front(sweep, folder)
+        try:
+            best = best_trial(sweep, folder, summaries)
+        except NoFeasibleTrial as error:
+            print(f"best so far: none; {str(error).removeprefix(f'{folder.where}: ')}")
+        else:
+            print(f"best so far: {best.trial_id} at epoch {best.best_epoch}: {sweep.metric}={best.best_value:.4f}")
+            print_front(sweep, folder)
     hint = how_to_continue(sweep, folder, summaries, args.folder)
     if hint:
         print(hint)

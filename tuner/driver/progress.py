@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from tuner.console import SAYING
+from tuner.folder import constraints as constraining
 from tuner.results.tables import values_text
 from tuner.search.define_by_run import RETURNED
 
@@ -56,6 +57,9 @@ class Progress:
     # trial seen unended here that ends with no word from Tune was interrupted, not stopped.
     unended: set[str] = field(default_factory=set)
     completed: set[str] = field(default_factory=set)
+    # the sweep's constraints (tuner/folder/constraints.py): a trial missing them is never "best"
+    constraints: tuple[Any, ...] = ()
+    constrained_values: dict[str, dict[str, float]] = field(default_factory=dict)  # trial -> metric -> last
 
     # --- events, from the Tune callback ---------------------------------------------------
     def observe(self, trials: list[Any]) -> None:
@@ -75,7 +79,15 @@ class Progress:
         value = result.get(self.metric)
         if not isinstance(value, (int, float)) or value != value:  # absent or NaN: never "best"
             return None
+        if self.constraints and not self._feasible(trial.trial_id, result):
+            return None
         return self._offer(trial.trial_id, float(value), int(result.get("training_iteration", 0)), trial.config)
+
+    def _feasible(self, trial_id: str, result: dict[str, Any]) -> bool:
+        """Whether the trial meets the constraints by what it has reported so far."""
+        seen = self.constrained_values.setdefault(trial_id, {})
+        seen.update(constraining.last_values([result], (c.metric for c in self.constraints)))
+        return all(c.holds(seen.get(c.metric)) for c in self.constraints)
 
     def _offer(self, trial_id: str, value: float, epoch: int, config: dict[str, Any]) -> str | None:
         better = self.best is None or (value > self.best.value if self.mode == "max" else value < self.best.value)

@@ -31,7 +31,7 @@ from tuner.driver.progress import show
 from tuner.driver.run import Mode, Run
 from tuner.driver.signals import SweepInterrupted, ray_output, stop_cleanly_on_ctrl_c
 from tuner.driver.warm_start import earlier_trials
-from tuner.errors import TunerError
+from tuner.errors import NoFeasibleTrial, TunerError
 from tuner.folder import records, remote, store
 from tuner.folder.store import SweepFolder, SweepLock, release_unused, write_atomic
 from tuner.invocation import tuner_command
@@ -246,7 +246,15 @@ def _reporter(sweep: SweepConfig, folder: SweepFolder) -> Any:
     searched = [name for name, spec in sweep.flat_specs().items() if spec.kind != "constant"]
     if sweep.objective is not None:  # its space is its trial.suggest_* calls: all a trial was given
         searched = None
-    progress = Progress(sweep.name, sweep.metric, sweep.mode, sweep.total_trials, sweep.max_epochs, searched)
+    progress = Progress(
+        sweep.name,
+        sweep.metric,
+        sweep.mode,
+        sweep.total_trials,
+        sweep.max_epochs,
+        searched,
+        constraints=sweep.parsed_constraints,
+    )
     best = sweep.best_epoch(records.trial_histories(folder))
     if best is not None:
         progress.seed(best)
@@ -317,7 +325,13 @@ def _run(run: Run) -> SweepOutcome:
         from tuner.results.summaries import all_results
 
         every = [*all_results(sweep, dataclasses.replace(folder, part=folder.part - 1)), *results]
-    exported = exporter(sweep)(sweep, folder, every, to=folder.best, overwrite=True)
+    try:
+        exported = exporter(sweep)(sweep, folder, every, to=folder.best, overwrite=True)
+    except NoFeasibleTrial as error:  # the trials are recorded; there is no best to export or register
+        if sweep.tracking.mlflow.enabled and not records.mlflow_behind(folder):
+            with _unless_mlflow_is_away(folder):
+                tracking.SweepRecord(sweep, folder).nothing_feasible(str(error).removeprefix(f"{folder.where}: "))
+        raise
     if sweep.tracking.mlflow.enabled and not records.mlflow_behind(folder):
         with _unless_mlflow_is_away(folder):
             record = tracking.SweepRecord(sweep, folder)

@@ -26,7 +26,7 @@ import yaml
 
 from tuner.data.datasets import normalise
 from tuner.data.planning import held_out
-from tuner.errors import ConfigError, TunerError
+from tuner.errors import ConfigError, NoFeasibleTrial, TunerError
 from tuner.folder import records
 from tuner.models.build import build_model
 
@@ -144,6 +144,8 @@ def best_trial_checkpoint(
     in_experiment = {r.metrics.get("trial_id") for r in results if r.metrics}
     histories = {k: v for k, v in trial_histories(folder).items() if k in in_experiment}
     best_row = sweep.best_epoch(histories)  # several objectives: the point `select` takes from the front
+    if best_row is None and (reason := sweep.nothing_feasible(histories)):
+        raise NoFeasibleTrial(f"{folder.where}: {reason}; nothing exported")
     if best_row is None:
         raise TunerError(f"{folder.where}: no trial reported {metric!r} yet; nothing to export")
     best = next((r for r in results if r.metrics and r.metrics.get("trial_id") == best_row.trial_id), None)

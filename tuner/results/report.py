@@ -60,6 +60,8 @@ def _table(sweep: Sweep) -> str:
     epoch = common_epoch(sweep)
     heads = ["trial", "ended", "epochs", f"best {sweep.metric}", "at epoch", f"{sweep.metric} at epoch {epoch}"]
     heads += list(sweep.searched) + ["train minutes"]
+    constrained = bool(sweep.config.constraints)
+    heads += ["constraints"] if constrained else []
     bars, _ = slot_bars(sweep)
     minutes = {t.trial_id: sum(b.end - b.start for b in bars if b.trial_id == t.trial_id) / 60 for t in sweep.trials}
     body = []
@@ -74,6 +76,7 @@ def _table(sweep: Sweep) -> str:
             at_epoch,
             *[trial.config.get(name) for name in sweep.searched],
             round(minutes[trial.trial_id], 2),
+            *([_feasibility(trial)] if constrained else []),
         ]
         row = []
         for cell in cells:
@@ -86,6 +89,13 @@ def _table(sweep: Sweep) -> str:
         body.append("<tr>" + "".join(row) + "</tr>")
     head = "".join(f"<th>{html.escape(h)}</th>" for h in heads)
     return f'<table class="trials"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _feasibility(trial: Any) -> str:
+    """The table's constraints cell: met, or which it misses (tuner/folder/constraints.py)."""
+    if trial.feasible is None:
+        return "-"
+    return "met" if trial.feasible else "INFEASIBLE: " + "; ".join(trial.violated)
 
 
 SORT_SCRIPT = """
@@ -131,8 +141,10 @@ def _facts(sweep: Sweep) -> str:
     counts: dict[str, int] = {}
     for trial in sweep.trials:
         counts[trial.status] = counts.get(trial.status, 0) + 1
-    best = max if sweep.maximise else min
-    reported = [t.best_value for t in sweep.trials if t.best_value is not None]
+    chosen = sweep.config.best_epoch(sweep.histories)  # the feasible best, with constraints
+    best = f"{chosen.value:.4f}" if chosen else "-"
+    if chosen is None and (why := sweep.config.nothing_feasible(sweep.histories)):
+        best = why
     spent = sum(len(rows) for rows in sweep.histories.values())
     rows = [
         ("state", "finished" if sweep.finished else "not finished (running, or interrupted: resume continues it)"),
@@ -146,7 +158,7 @@ def _facts(sweep: Sweep) -> str:
             f"searcher {sweep.config.searcher.name}, scheduler {sweep.config.scheduler.name}, "
             f"{sweep.config.mode}imise {sweep.metric}",
         ),
-        ("best", f"{best(reported):.4f}" if reported else "-"),
+        ("best", best),
         ("epochs spent", f"{spent} of at most {sweep.config.total_trials * sweep.config.max_epochs}"),
         ("folder", sweep.folder.where),
     ]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.folder import constraints as constraining
 from tuner.folder import records, remote
 from tuner.folder.store import SweepFolder
 from tuner.results.summaries import TrialSummary, open_sweep, trial_summaries
@@ -97,17 +98,20 @@ def _reported_at(sweep: Sweep, trial_id: str, row: dict[str, Any]) -> float:
 
 def best_so_far(sweep: Sweep) -> list[tuple[float, int, float]]:
     """(seconds since the sweep started, epochs spent so far, best metric so far), at
-    every epoch that improved on the best."""
+    every epoch that improved on the best (of a trial that meets the sweep's constraints)."""
     start = _started_at(sweep)
+    feasible = constraining.feasible_only(sweep.histories, sweep.config.parsed_constraints)  # the others never count
     epochs = [
-        (_reported_at(sweep, trial_id, row), row[sweep.metric])
+        (_reported_at(sweep, trial_id, row), row[sweep.metric], trial_id in feasible)
         for trial_id, rows in sweep.histories.items()
         for row in rows
         if isinstance(row.get(sweep.metric), (int, float)) and row[sweep.metric] == row[sweep.metric]
     ]
     epochs.sort()
     points: list[tuple[float, int, float]] = []
-    for spent, (when, value) in enumerate(epochs, start=1):
+    for spent, (when, value, counts) in enumerate(epochs, start=1):
+        if not counts:
+            continue
         if not points or (value > points[-1][2] if sweep.maximise else value < points[-1][2]):
             points.append((when - start, spent, float(value)))
     if points and epochs:

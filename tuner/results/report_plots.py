@@ -19,6 +19,7 @@ from tuner.results.report_data import (
 )
 from tuner.search.spaces import ParamSpec
 
+INFEASIBLE_STYLE = ":"  # the learning curve of a trial that misses the sweep's constraints
 # How a trial ended -> its colour in every plot (colour-blind safe, Okabe-Ito).
 COLOURS = {
     "finished": "#009E73",
@@ -97,6 +98,7 @@ def plot_learning_curves(sweep: Sweep) -> Any:
         x = [int(r["training_iteration"]) for r in rows]
         y = [float(r[sweep.metric]) for r in rows]
         style = "--" if trial.status in ("interrupted", "running", "paused") else "-"
+        style = INFEASIBLE_STYLE if trial.feasible is False else style  # misses the sweep's constraints
         curves.setdefault((trial.status, style), []).append(list(zip(x, y, strict=True)))
         if trial.trial_id in named:
             ax.annotate(_short(trial.trial_id), (x[-1], y[-1]), fontsize=7, xytext=(3, 0), textcoords="offset points")
@@ -116,6 +118,7 @@ def plot_learning_curves(sweep: Sweep) -> Any:
     shown: set[str] = set()
     for (status, style), lines in curves.items():
         label = "stopped early" if status == "stopped_early" else status
+        label += ", infeasible (misses the constraints)" if style == INFEASIBLE_STYLE else ""
         colour = COLOURS.get(status, "#999999")
         ax.add_collection(
             LineCollection(lines, colors=colour, linestyles=style, alpha=0.85, label=None if label in shown else label)

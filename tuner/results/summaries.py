@@ -1,7 +1,8 @@
 """Read a sweep's output folder without Ray running: its config, trials and best trial.
 
 "Best" means one thing everywhere (here, the export, MLflow): ``tuner.folder.records.best_epoch``,
-the sweep's metric and mode over every epoch every trial reported.
+the sweep's metric and mode over every epoch every trial reported that meets the sweep's
+constraints (tuner/folder/constraints.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.errors import TunerError
+from tuner.errors import NoFeasibleTrial, TunerError
+from tuner.folder import constraints as constraining
 from tuner.folder import records, remote, store
 from tuner.folder.store import SweepFolder
 from tuner.search.define_by_run import RETURNED
@@ -31,6 +33,14 @@ class TrialSummary:
     best_value: float | None
     last: dict[str, Any]
     error: str = ""  # an errored trial's reason, one line
+    # the constraints it violates (``params < 200000 (got 421642)``); None: the sweep has no
+    # constraints, or the trial has not reported (tuner/folder/constraints.py decides)
+    violated: tuple[str, ...] | None = None
+
+    @property
+    def feasible(self) -> bool | None:
+        """Whether it meets the sweep's constraints; None: no constraints, or no report yet."""
+        return None if self.violated is None else not self.violated
 
 
 def open_sweep(folder: str | Path) -> tuple[SweepConfig, SweepFolder]:
@@ -125,6 +135,7 @@ def trial_summaries(
     stalled = records.stall_reasons(timeline)
     running: bool | None = None  # whether a sweep holds the folder now; asked once, if needed
     summaries = []
+    constraints = sweep.parsed_constraints
     for trial in saved:
         rows = histories.get(trial.trial_id, [])  # every reported epoch
         best = records.best_epoch({trial.trial_id: rows}, sweep.metric, sweep.mode)
@@ -150,6 +161,7 @@ def trial_summaries(
                 best_value=best.value if best else None,
                 last=rows[-1] if rows else {},
                 error=(stalled.get(trial.trial_id) or _error_reason(trial)) if tune_status == "ERROR" else "",
+                violated=constraining.feasibility(constraints, rows).violated if constraints and rows else None,
             )
         )
     return summaries
@@ -199,6 +211,8 @@ def best_trial(sweep: SweepConfig, folder: SweepFolder, summaries: list[TrialSum
     histories = {k: v for k, v in records.trial_histories(folder).items() if k in in_experiment}
     best = sweep.best_epoch(histories)
     chosen = next((s for s in summaries if best is not None and s.trial_id == best.trial_id), None)
+    if chosen is None and (reason := sweep.nothing_feasible(histories)):
+        raise NoFeasibleTrial(f"{folder.where}: {reason}")
     if chosen is None:
         raise TunerError(f"{folder.where}: no trial of sweep {sweep.name!r} has reported {sweep.metric} yet")
     return chosen

@@ -24,22 +24,35 @@ def trials_table(sweep: SweepConfig, summaries: list[TrialSummary]) -> list[str]
     searched = [name for name, spec in sweep.flat_specs().items() if spec.kind != "constant"]
     if sweep.objective is not None:  # its space is its trial.suggest_* calls: what they were given
         searched = sorted({name for trial in summaries for name in trial.config})
+    constrained = bool(sweep.constraints)  # a column saying whether each trial meets them
     lines.append(
         f"{'trial':<14}{'status':<15}{'epochs':>7}{'best ' + sweep.metric:>20}{'at epoch':>10}"
+        + (f"{'feasible':>10}" if constrained else "")
         + ("  hyperparameters" if searched else "")
     )
     for trial in summaries:
         value = f"{trial.best_value:.4f}" if trial.best_value is not None else "-"
         hyper = f"  {values_text({k: v for k, v in trial.config.items() if k in searched})}" if searched else ""
+        feasible = f"{FEASIBLE_MARK[trial.feasible]:>10}" if constrained else ""
         lines.append(
-            f"{trial.trial_id:<14}{trial.status:<15}{trial.epochs:>7}{value:>20}{trial.best_epoch or '-':>10}{hyper}"
+            f"{trial.trial_id:<14}{trial.status:<15}{trial.epochs:>7}{value:>20}{trial.best_epoch or '-':>10}"
+            f"{feasible}{hyper}"
         )
     counts: dict[str, int] = {}
     for trial in summaries:
         counts[trial.status] = counts.get(trial.status, 0) + 1
     lines.append("  " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    if constrained:
+        met = sum(trial.feasible is True for trial in summaries)
+        judged = sum(trial.feasible is not None for trial in summaries)
+        lines.append(
+            f"  {met} of {judged} trial(s) that reported meet the constraints ({', '.join(sweep.constraints)})"
+        )
     lines += [f"  {trial.trial_id} errored: {trial.error}" for trial in summaries if trial.error]
     return lines
+
+
+FEASIBLE_MARK = {True: "yes", False: "NO", None: "-"}  # the status table's feasible column
 
 
 def best_lines(sweep: SweepConfig, metrics: dict[str, Any], hyperparameters: dict[str, Any]) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
-from tuner.folder import records, remote, store
+from tuner.folder import constraints, records, remote, store
 from tuner.folder.records import trial_metrics
 from tuner.folder.store import SweepFolder
 from tuner.sweepfile.schema import SweepConfig
@@ -273,9 +273,27 @@ class SweepRecord:
 
         run_id = self.trial_run(trial_id, config)
         self._log_new_params(trial_id, run_id, config)
-        self._write(trial_id, self.pending.pop(trial_id, []), [RunTag("tuner.status", status)])
+        tags = [RunTag("tuner.status", status), *(RunTag(k, v) for k, v in self._feasibility_tags(trial_id).items())]
+        self._write(trial_id, self.pending.pop(trial_id, []), tags)
         self.flush()
         self.client.set_terminated(run_id, status="FAILED" if status == "errored" else "FINISHED")
+
+    def _feasibility_tags(self, trial_id: str) -> dict[str, str]:
+        """``tuner.feasible`` (true/false) and ``tuner.violated`` (the constraints it misses,
+        with the values it reported) of an ended trial; none without constraints."""
+        if not self.sweep.constraints:
+            return {}
+        rows = store.read_json_lines(records.history_file(self.folder, trial_id))
+        judged = constraints.feasibility(self.sweep.parsed_constraints, rows)
+        if judged.feasible:
+            return {"tuner.feasible": "true"}
+        return {"tuner.feasible": "false", "tuner.violated": "; ".join(judged.violated)}
+
+    def nothing_feasible(self, reason: str) -> None:
+        """The sweep ended with no trial meeting its constraints: the parent run says so, no model."""
+        self.client.set_tag(self.parent_run_id, "tuner.best_trial_id", "none")
+        self.client.set_tag(self.parent_run_id, "tuner.no_feasible_trial", reason)
+        self.client.set_terminated(self.parent_run_id, status="FINISHED")
 
     def finish(self, best: dict[str, Any], best_dir: Path, exported: Any) -> str | None:
         """Log the best metrics and model on the parent run, register it; returns the version
