@@ -150,7 +150,8 @@ def _check_extendable(sweep: SweepConfig, folder: SweepFolder) -> None:
             f"{folder.where}: {len(undone)} trial(s) have not ended ({undone[0].trial_id}: {undone[0].status}); "
             f"finish the sweep first with: {tuner_command()} resume {folder.where}"
         )
-    if not (earlier.best / "metrics.json").is_file():
+    exported = (earlier.best / "metrics.json").is_file()
+    if not exported and not sweep.nothing_feasible(records.trial_histories(folder)):  # none feasible: more may be
         raise TunerError(f"{folder.where}: the sweep has not exported its best model yet; resume it before extending")
 
 

@@ -11,6 +11,7 @@ resumed sweep, a PBT clone or a retried trial keeps writing to the run it alread
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import urllib.parse
@@ -26,6 +27,9 @@ from tuner.sweepfile.schema import SweepConfig
 from tuner.tracking import mlflow_model, mlflow_store
 
 FLUSH_S = 2.0  # the longest a trial's epoch waits to be written to MLflow
+
+
+NO_FEASIBLE_TAG = "tuner.no_feasible_trial"  # the parent run of a sweep that ended with none feasible: why
 
 
 def tracking_uri(sweep: SweepConfig) -> str:
@@ -292,7 +296,7 @@ class SweepRecord:
     def nothing_feasible(self, reason: str) -> None:
         """The sweep ended with no trial meeting its constraints: the parent run says so, no model."""
         self.client.set_tag(self.parent_run_id, "tuner.best_trial_id", "none")
-        self.client.set_tag(self.parent_run_id, "tuner.no_feasible_trial", reason)
+        self.client.set_tag(self.parent_run_id, NO_FEASIBLE_TAG, reason)
         self.client.set_terminated(self.parent_run_id, status="FINISHED")
 
     def finish(self, best: dict[str, Any], best_dir: Path, exported: Any) -> str | None:
@@ -309,6 +313,11 @@ class SweepRecord:
             if best.get(key) is not None:  # no test score for a user's data without test/
                 self.client.log_metric(parent, f"best_{key}", float(best[key]))
         self.client.set_tag(parent, "tuner.best_trial_id", best["trial_id"])
+        if self.sweep.constraints:  # an earlier end found no feasible trial; an extension did
+            from mlflow.exceptions import MlflowException
+
+            with contextlib.suppress(MlflowException):  # (the tag is absent: nothing to take back)
+                self.client.delete_tag(parent, NO_FEASIBLE_TAG)
         for name in ("config.yaml", "metrics.json"):
             self.client.log_artifact(parent, str(best_dir / name), artifact_path="best")
         name = registered_model_name(self.sweep)
