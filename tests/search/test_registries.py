@@ -42,6 +42,8 @@ SCHEDULER_CLASSES = {
     "pb2": PB2,
     "bohb": HyperBandForBOHB,  # likewise
     "pruner": FIFOScheduler,  # Optuna's pruner answers the objective's should_prune(); Tune stops nothing
+    "pasha": FIFOScheduler,  # tuner's own: tuner/search/tune_pasha.py
+    "dehb": FIFOScheduler,  # tuner's own, stopping each trial at its DEHB job's epochs: tuner/search/tune_dehb.py
 }
 
 
@@ -60,6 +62,10 @@ def searcher_class(name: str) -> type:
         from ray.tune.search.bohb import TuneBOHB
 
         return TuneBOHB
+    if name == "dehb":
+        from tuner.search.tune_dehb import TuneDehb
+
+        return TuneDehb
     raise KeyError(f"add searcher {name!r} to searcher_class() in this test")
 
 
@@ -75,8 +81,9 @@ PARAMS = {
 
 def sweep_with(scheduler: str = "fifo", searcher: str = "random", **extra: Any) -> SweepConfig:
     """A valid sweep for a scheduler/searcher pair, with the partner each one needs."""
-    if "bohb" in (scheduler, searcher):
-        scheduler = searcher = "bohb"
+    for paired in ("bohb", "dehb"):
+        if paired in (scheduler, searcher):
+            scheduler = searcher = paired
     if scheduler == "pruner":  # an Optuna objective's: its space is its own
         return SweepConfig.model_validate(
             {

@@ -407,15 +407,15 @@ BAD = [
         "unknown_scheduler",
         "name: x\nscheduler:\n  name: ashaa\n",
         3,
-        r"scheduler\.name: unknown scheduler 'ashaa'; choose one of: fifo, asha, hyperband, median, pbt, pb2, bohb, "
-        r"pruner$",
+        r"scheduler\.name: unknown scheduler 'ashaa'; choose one of: fifo, asha, pasha, hyperband, median, pbt, "
+        r"pb2, bohb, dehb, pruner$",
         "'ashaa'",
     ),
     Bad(
         "unknown_searcher",
         "searcher:\n  name: tpe\n",
         2,
-        r"searcher\.name: unknown searcher 'tpe'; choose one of: random, grid, optuna, hyperopt, bohb, auto$",
+        r"searcher\.name: unknown searcher 'tpe'; choose one of: random, grid, optuna, hyperopt, bohb, dehb, auto$",
         "'tpe'",
     ),
     Bad(

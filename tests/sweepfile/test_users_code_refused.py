@@ -70,7 +70,7 @@ BAD = [
     Bad("objective_with_a_scheduler_that_restarts_trials",
         "objective: study:objective\nmode: min\nscheduler: {name: hyperband}\ntrain: {epochs: 9}\n", 3,
         r"scheduler\.name: scheduler 'hyperband' restarts trials from their checkpoints, which an objective does not "
-        r"keep; use fifo, asha, median or pruner$"),
+        r"keep; use fifo, asha, pasha, median or pruner$"),
     Bad("pruner_without_an_objective",
         "trainable: my_train:train\nmetric: s\nmode: max\nscheduler: {name: pruner}\n", 4,
         r"scheduler\.name: 'pruner' answers an Optuna objective's trial\.should_prune\(\), but the file has no "

@@ -111,7 +111,7 @@ def build_tuner(
             metric=sweep.metric,
             mode=sweep.mode,
             search_alg=search_alg,
-            scheduler=sweep.scheduler.build(sweep),
+            scheduler=registry.build_scheduler(sweep, search_alg),
             num_samples=sweep.trials.num_samples,
             time_budget_s=sweep.trials.time_budget_s,
             # A direct trial's process (torch imported, data mapped) serves the next trial.

@@ -53,6 +53,10 @@ class Scheduler(Strict):
     def check(self, sweep: SweepConfig) -> None:
         """Refuse what cannot work with this scheduler (one ``fail`` line)."""
 
+    def pair(self, scheduler: Any, search_alg: Any) -> None:
+        """Introduce Ray Tune's scheduler (``build``) to the sweep's search algorithm, once
+        both are built (DEHB's scheduler stops a trial at the epochs its searcher gave it)."""
+
     def rungs(self, sweep: SweepConfig) -> list[int]:
         """The epochs at which it compares trials (the report's dotted lines)."""
         return []

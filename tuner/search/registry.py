@@ -19,11 +19,13 @@ from tuner.search.asha import AshaScheduler
 from tuner.search.auto import AutoSearcher
 from tuner.search.base import Scheduler, Searcher
 from tuner.search.bohb import BohbScheduler, BohbSearcher
+from tuner.search.dehb import DehbScheduler, DehbSearcher
 from tuner.search.fifo import FifoScheduler
 from tuner.search.hyperband import HyperBandScheduler
 from tuner.search.hyperopt_searcher import HyperOptSearcher
 from tuner.search.median import MedianScheduler
 from tuner.search.optuna_searcher import OptunaSearcher
+from tuner.search.pasha import PashaScheduler
 from tuner.search.pbt import Pb2Scheduler, PbtScheduler
 from tuner.search.pruner import PrunerScheduler
 from tuner.search.variants import GridSearcher, RandomSearcher
@@ -32,11 +34,13 @@ from tuner.strict import fail
 SCHEDULERS: dict[str, type[Scheduler]] = {
     "fifo": FifoScheduler,
     "asha": AshaScheduler,
+    "pasha": PashaScheduler,
     "hyperband": HyperBandScheduler,
     "median": MedianScheduler,
     "pbt": PbtScheduler,
     "pb2": Pb2Scheduler,
     "bohb": BohbScheduler,
+    "dehb": DehbScheduler,
     "pruner": PrunerScheduler,
 }
 SEARCHERS: dict[str, type[Searcher]] = {
@@ -45,6 +49,7 @@ SEARCHERS: dict[str, type[Searcher]] = {
     "optuna": OptunaSearcher,
     "hyperopt": HyperOptSearcher,
     "bohb": BohbSearcher,
+    "dehb": DehbSearcher,
     "auto": AutoSearcher,
 }
 
@@ -52,16 +57,18 @@ SEARCHERS: dict[str, type[Searcher]] = {
 SchedulerConfig = Annotated[
     FifoScheduler
     | AshaScheduler
+    | PashaScheduler
     | HyperBandScheduler
     | MedianScheduler
     | PbtScheduler
     | Pb2Scheduler
     | BohbScheduler
+    | DehbScheduler
     | PrunerScheduler,
     Field(discriminator="name"),
 ]
 SearcherConfig = Annotated[
-    RandomSearcher | GridSearcher | OptunaSearcher | HyperOptSearcher | BohbSearcher | AutoSearcher,
+    RandomSearcher | GridSearcher | OptunaSearcher | HyperOptSearcher | BohbSearcher | DehbSearcher | AutoSearcher,
     Field(discriminator="name"),
 ]
 DEFAULT_SCHEDULER = FifoScheduler()
@@ -261,3 +268,11 @@ def build_searcher(
     if isinstance(searcher, TuneSearcher):  # model-based: propose only as many as can run
         return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
     return searcher
+
+
+def build_scheduler(sweep: Any, search_alg: Any) -> Any:
+    """The Tune scheduler for a validated sweep, paired with its search algorithm
+    (``build_searcher``'s, restored or warm-started already)."""
+    scheduler = sweep.scheduler.build(sweep)
+    sweep.scheduler.pair(scheduler, search_alg)
+    return scheduler
