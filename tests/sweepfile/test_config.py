@@ -556,6 +556,54 @@ BAD = [
         "quniform",
     ),
     Bad(
+        "dehb_searcher_with_asha",
+        "train:\n  epochs: 9\nsearcher:\n  name: dehb\nscheduler:\n  name: asha\n",
+        4,
+        r"searcher\.name / scheduler\.name: dehb searcher and dehb scheduler go together, "
+        r"but got searcher 'dehb' with scheduler 'asha'$",
+        "searcher 'dehb' with scheduler 'asha'",
+    ),
+    Bad(
+        "dehb_scheduler_with_tpe",
+        "train:\n  epochs: 9\nsearcher:\n  name: optuna\nscheduler:\n  name: dehb\n",
+        4,
+        r"searcher\.name / scheduler\.name: dehb searcher and dehb scheduler go together, "
+        r"but got searcher 'optuna' with scheduler 'dehb'$",
+        "searcher 'optuna' with scheduler 'dehb'",
+    ),
+    Bad(
+        "dehb_with_a_conditional_space",
+        "train:\n  epochs: 9\nsearcher: {name: dehb}\nscheduler: {name: dehb}\nspace:\n  params:\n"
+        "    optimizer:\n      choice:\n        sgd: {momentum: {uniform: [0.8, 0.99]}}\n        adam: {}\n",
+        7,
+        r"space\.params\.optimizer: a conditional choice needs searcher random, optuna or hyperopt; searcher 'dehb' "
+        r"cannot take one \(DE mutates a fixed vector of parameters\)$",
+        "searcher 'dehb'",
+    ),
+    Bad(
+        "dehb_with_two_objectives",
+        "train:\n  epochs: 9\nmetric: [val_accuracy, latency_ms]\nmode: [max, min]\nsearcher: {name: dehb}\n"
+        "scheduler: {name: dehb}\n",
+        6,
+        r"scheduler\.name: 'dehb' compares trials by one metric, but the sweep has 2 objectives "
+        r"\(val_accuracy, latency_ms\); use fifo \(every trial runs its epochs\)$",
+        "'dehb'",
+    ),
+    Bad(
+        "pasha_with_one_rung",
+        "train:\n  epochs: 3\nscheduler:\n  name: pasha\n  grace_period: 3\n",
+        5,
+        r"scheduler\.grace_period: PASHA needs two rungs, so grace_period < train\.epochs \(3\), but got 3$",
+        "but got 3",
+    ),
+    Bad(
+        "pasha_negative_epsilon",
+        "train:\n  epochs: 9\nscheduler:\n  name: pasha\n  epsilon: -0.1\n",
+        5,
+        r"scheduler\.epsilon: input should be greater than or equal to 0, but got -0\.1$",
+        "-0.1",
+    ),
+    Bad(
         "grid_with_optuna",
         "searcher:\n  name: optuna\nspace:\n  params:\n    lr: {grid: [0.001, 0.01]}\n",
         4,
