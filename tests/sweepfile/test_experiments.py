@@ -47,7 +47,7 @@ def image_folder(tmp_path_factory):
 # mnist_spark_asha in tests/data/test_spark.py. Constraints (issue 42) ride on a sweep that
 # ran anyway (CI's time is spent): tests/trial/test_own_code.py's factory sweep has one
 # (status's column, MLflow's tags, the feasible export); the Optuna half, told the values,
-# is tests/search/test_constraints.py; mnist_constraints.yaml itself loads in test_config.py.
+# is tests/search/test_constrained_search.py; mnist_constraints.yaml itself loads in test_config.py.
 RUN_ELSEWHERE = {"mnist_spark_asha", "mnist_constraints"}
 # Files that differ from one run above only in the searcher's algorithm (the same Optuna
 # searcher or HyperOpt's, the same trial, tracking and export path: mnist_optuna_asha,
