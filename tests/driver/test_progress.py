@@ -231,3 +231,18 @@ def test_a_line_said_below_the_driver_from_another_thread_goes_through_the_repor
     first = stream.getvalue().splitlines()[0]
     assert first == ("MLflow at http://x is unreachable" if live else "[     0s] MLflow at http://x is unreachable")
     assert console.SAYING.get() is None  # the reporter's say ends with it
+
+
+def test_a_trial_that_misses_the_constraints_is_never_the_best_so_far():
+    """Issue 42: the live best is the feasible best, as status and the export's are; a metric
+    reported once (params, at epoch 1) holds for the epochs after it."""
+    from tuner.folder.constraints import parse
+
+    progress = _progress(constraints=(parse("params < 200000"),))
+    big, small = _trial("a_00000", 0.002), _trial("b_00001", 0.001)
+    assert progress.result(big, {"training_iteration": 1, "val_accuracy": 0.97, "params": 600_000.0}) is None
+    said = progress.result(small, {"training_iteration": 1, "val_accuracy": 0.90, "params": 150_000.0})
+    assert said == "best so far: b_00001 val_accuracy=0.9000 at epoch 1 (lr=0.001)"
+    assert progress.result(small, {"training_iteration": 2, "val_accuracy": 0.93}).startswith("best so far: b_00001")
+    assert progress.result(big, {"training_iteration": 2, "val_accuracy": 0.99}) is None
+    assert progress.best.trial_id == "b_00001" and progress.best.value == 0.93
