@@ -105,3 +105,13 @@ def test_the_experiment_file_shows_constraints_modelled_by_tpe():
     sweep = load_sweep("mnist_constraints")
     assert sweep.constraints == ["params < 200000", "latency_ms <= 2"]
     assert sweep.searcher.sampler == "tpe" and sweep.searcher.models_constraints()
+
+
+def test_an_earlier_sweeps_trial_comes_with_this_sweeps_constraint_values_for_a_searcher_that_models_them():
+    from tuner.driver.warm_start import _constraint_values
+
+    rows = [{"training_iteration": 1, "score": 0.5, "cost": 0.4}, {"training_iteration": 2, "score": 0.6}]
+    assert _constraint_values(_sweep("tpe"), rows) == {"cost <= 0.3": pytest.approx(0.1)}
+    assert _constraint_values(_sweep("tpe", ["cost <= 0.3", "memory < 2"]), rows)["memory < 2"] == 2.0
+    assert _constraint_values(_sweep("cmaes"), rows) == {}  # not told: it cannot use them
+    assert _constraint_values(_sweep("tpe", []), rows) == {}
