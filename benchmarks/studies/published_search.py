@@ -33,10 +33,11 @@ Contestants (``CONTESTANTS``):
   epochs (``trial.report``/``should_prune``), and the GP sampler on full-length trials.
 - **dehb** 0.1.2 (the reference DEHB, ``ask``/``tell``, ``n_workers=1``), fidelity = epochs
   (1..27, eta 3); a config DEHB promotes restarts and pays its epochs again.
-- **Syne Tune** 0.16: BORE (single fidelity, through ``AskTellScheduler``), ASHA and BOHB (its
-  ``TrialScheduler`` API: ``suggest``, ``on_trial_add``, ``on_trial_result`` per epoch). PASHA is
-  no longer in 0.16 (``syne_tune.optimizer.baselines`` lists RandomSearch, BORE, TPE, REA, BOTorch,
-  ASHA, ASHABORE, ASHACQR, BOHB, CQR, EHVI).
+- **Syne Tune** 0.16: TPE (its KDE searcher, full-length trials), ASHA and BOHB, through its
+  ``TrialScheduler`` API (``suggest``, ``on_trial_add``, ``on_trial_result`` per epoch, as its
+  ``AskTellScheduler`` does for whole trials). BORE is here too but not in the default set: 100-240 s
+  of CPU a run on this machine. PASHA is no longer in 0.16 (``syne_tune.optimizer.baselines``
+  lists RandomSearch, BORE, TPE, REA, BOTorch, ASHA, ASHABORE, ASHACQR, BOHB, CQR, EHVI).
 - **SMAC3** 2.4: the HPO facade (random forest, full fidelity) and the multi-fidelity facade with
   Hyperband (budgets 1..27 epochs, eta 3; a promoted config restarts and pays again).
 - **HEBO** 0.3.6 (full fidelity), in its own venv as above.
@@ -567,8 +568,9 @@ def run_smac(problem: Problem, contestant: Contestant, run: Run, meter: Meter, e
 
 # --- HEBO, in its own venv ------------------------------------------------------------------------
 HEBO_SERVER = r"""
-import json, sys, warnings
+import json, sys, time, warnings
 warnings.filterwarnings("ignore")
+reply, sys.stdout = sys.stdout, sys.stderr  # the libraries' prints go to stderr, the replies stay apart
 import numpy as np, pandas as pd
 from hebo.design_space.design_space import DesignSpace
 from hebo.optimizers.hebo import HEBO
@@ -588,7 +590,8 @@ for line in sys.stdin:
         rec = pd.DataFrame([msg["config"]])
         opt.observe(rec, np.array([[msg["value"]]]))
         out = {}
-    sys.stdout.write(json.dumps(out) + "\n"); sys.stdout.flush()
+    out["cpu_s"] = time.process_time()
+    reply.write("@@" + json.dumps(out) + "\n"); reply.flush()
 """
 
 
@@ -596,6 +599,7 @@ class HeboServer:
     """One subprocess in HEBO's venv for the whole study: ask/tell as JSON lines."""
 
     def __init__(self, python: str):
+        self.cpu_s = 0.0  # the server's CPU seconds at its last reply
         self.process = subprocess.Popen(
             [python, "-c", HEBO_SERVER],
             stdin=subprocess.PIPE,
@@ -608,10 +612,14 @@ class HeboServer:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(json.dumps(message) + "\n")
         self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"HEBO's subprocess ended (exit {self.process.poll()})")
-        return json.loads(line)
+        while True:  # a line of the server's own ("@@" + JSON); anything else printed at C level is not
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"HEBO's subprocess ended (exit {self.process.poll()})")
+            if line.startswith("@@"):
+                out = json.loads(line[2:])
+                self.cpu_s = out.pop("cpu_s")
+                return out
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -637,6 +645,15 @@ def run_hebo(problem: Problem, contestant: Contestant, run: Run, meter: Meter, e
             raise Skip(f"HEBO's interpreter {env.hebo_python!r} is missing (it needs its own venv: numpy < 1.25)")
         env.hebo = HeboServer(env.hebo_python)
     env.hebo.call(op="new", space=hebo_space(problem), seed=run.seed)
+    run.child_cpu_s = -env.hebo.cpu_s  # type: ignore[attr-defined]
+    try:
+        _hebo_loop(problem, meter, env)
+    finally:
+        run.child_cpu_s += env.hebo.cpu_s  # type: ignore[attr-defined]
+
+
+def _hebo_loop(problem: Problem, meter: Meter, env: Env) -> None:
+    assert env.hebo is not None
     while True:
         config = env.hebo.call(op="ask")
         value = train(problem, meter, problem.canonical(config), problem.max_epochs)
@@ -740,7 +757,7 @@ def one_run(problem: Problem, contestant: Contestant, seed: int, mode: str, env:
         log = env.out / "logs" / f"{problem.name}-{contestant.name.replace(' ', '_')}-{seed}-{mode}.log"
         log.write_text(traceback.format_exc())
     run.wall_s = time.time() - wall
-    run.cpu_s = time.process_time() - started  # type: ignore[attr-defined]
+    run.cpu_s = time.process_time() - started + getattr(run, "child_cpu_s", 0.0)  # type: ignore[attr-defined]
     run.trials = meter.trials
     run.reports = meter.reports
     run.epochs = len(meter.reports)
