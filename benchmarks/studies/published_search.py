@@ -793,7 +793,8 @@ def fmt(value: float) -> str:
 def table(runs: list[dict[str, Any]], problems: list[Problem], budget: str, title: str) -> str:
     """Rows: problems; columns: contestants; cells: median [IQR] (min-max); the best median bold."""
     mode_ok = {"trials": ("trials", "both"), "epochs": ("epochs", "both")}[budget]
-    names = [c.name for c in CONTESTANTS if any(r["contestant"] == c.name for r in runs)]
+    here = {p.name for p in problems}
+    names = [c.name for c in CONTESTANTS if any(r["contestant"] == c.name and r["problem"] in here for r in runs)]
     cells: dict[tuple[str, str], tuple[float, str]] = {}
     notes: list[str] = []
     for problem in problems:
@@ -879,9 +880,12 @@ def report(runs: list[dict[str, Any]], problems: list[Problem], out: Path) -> st
     tables = [p for p in problems if not p.fidelity]
     fidelity = [p for p in problems if p.fidelity]
     parts = []
-    if tables:
-        n = sorted({p.trials for p in tables})
-        parts.append(table(runs, tables, "trials", f"Tables, full fidelity: {'/'.join(map(str, n))} trials (= epochs)"))
+    families = {"nb201": "NAS-Bench-201", "hpob": "HPOBench (MLP)", "synthetic": "synthetic"}
+    for family, label in families.items():
+        mine = [p for p in tables if p.family == family]
+        if mine:
+            n = "/".join(str(t) for t in sorted({p.trials for p in mine}))
+            parts.append(table(runs, mine, "trials", f"{label}, full fidelity: {n} trials (= epochs)"))
     if fidelity:
         n = sorted({p.epoch_budget for p in fidelity})
         parts.append(table(runs, fidelity, "epochs", f"Multi-fidelity, equal epochs: {'/'.join(map(str, n))} epochs"))
