@@ -50,7 +50,11 @@ def test_random_asha_spends_exactly_the_epoch_budget_and_stops_trials_at_ashas_r
     assert set(finished) <= {1, 2, 4, 8, 9}
     assert any(n < TOY.max_epochs for n in finished)  # the scheduler was consulted and stopped some
     assert all(r >= 0 for r in run.regret)
-    assert all(b <= a for a, b in zip(run.regret, run.regret[1:], strict=False))  # best so far: never worse
+    # the best *reported* value so far never rises (the regret, the truth of that config, may:
+    # a noisy report can mislead, as in search_quality.py; on this seed it does not)
+    best_reported = [min(r[2] for r in run.reports[: i + 1]) for i in range(len(run.reports))]
+    assert all(b <= a for a, b in zip(best_reported, best_reported[1:], strict=False))
+    assert all(b <= a for a, b in zip(run.regret, run.regret[1:], strict=False))
     # the regret is the truth of the best-reported config, minus the optimum
     best = min(run.reports, key=lambda r: r[2])
     assert run.regret[-1] == pytest.approx(best[3] - TOY.optimum)

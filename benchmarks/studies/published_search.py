@@ -52,7 +52,8 @@ there; every other contestant runs each budget separately. tuner's sweeps say
 from the ``N`` sweep, as the user wrote it.
 
 Regret: the true value (table mean; noise-free Hartmann) of the configuration with the best
-*reported* value so far, minus the problem's best (as benchmarks/studies/search_quality.py).
+*reported* value so far, minus the problem's best (as benchmarks/studies/search_quality.py); it
+can rise when a noisy or low-fidelity report leads to a worse configuration.
 Output in ``--out``: one markdown table per budget on stdout and in ``tables.md`` (median, IQR
 and min-max of the final regret over seeds, the best median in bold, a wins row),
 ``results.json`` (every run: its reports and regret after each epoch) and one PNG per problem
@@ -858,8 +859,10 @@ def figures(runs: list[dict[str, Any]], problems: list[Problem], out: Path) -> N
             xs = list(range(1, budget + 1))
             curves = [r["regret"][:budget] + [r["regret"][-1]] * (budget - len(r["regret"])) for r in mine]
             q = [quantiles([c[i] for c in curves]) for i in range(budget)]
-            line = ax.plot(xs, [v[1] for v in q], label=contestant.name, lw=1.4)[0]
-            ax.fill_between(xs, [v[0] for v in q], [v[2] for v in q], color=line.get_color(), alpha=0.15, lw=0)
+            color = plt.get_cmap("tab20")(CONTESTANTS.index(contestant) % 20)
+            style = "-" if contestant.tool == "tuner" else "--"  # tuner's solid, the published dashed
+            ax.plot(xs, [v[1] for v in q], label=contestant.name, lw=1.4, color=color, ls=style)
+            ax.fill_between(xs, [v[0] for v in q], [v[2] for v in q], color=color, alpha=0.12, lw=0)
             drawn += 1
         if not drawn:
             plt.close(fig)
@@ -868,7 +871,7 @@ def figures(runs: list[dict[str, Any]], problems: list[Problem], out: Path) -> N
         ax.set_xlabel("epochs spent" + ("" if problem.fidelity else " (= trials: the table has final values only)"))
         ax.set_ylabel(f"regret ({problem.what})")
         seeds = len({r["seed"] for r in runs if r["problem"] == problem.name})
-        ax.set_title(f"{problem.name}: median regret and IQR over {seeds} seeds")
+        ax.set_title(f"{problem.name}: median regret and IQR over {seeds} seeds (tuner's solid)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
@@ -894,10 +897,16 @@ def report(runs: list[dict[str, Any]], problems: list[Problem], out: Path) -> st
     picks = sorted({(r["problem"], r["picked"]) for r in runs if r["picked"]})
     if picks:
         parts.append("auto's picks:\n\n" + "\n".join(f"- {p}: {why}" for p, why in picks))
-    walls: dict[str, float] = {}
+    walls: dict[str, list[float]] = {}
     for r in runs:
-        walls[r["contestant"]] = walls.get(r["contestant"], 0.0) + r["wall_s"]
-    parts.append("wall s per contestant (all runs): " + ", ".join(f"{k} {v:.0f}" for k, v in walls.items()))
+        spent = walls.setdefault(r["contestant"], [0.0, 0.0, 0])
+        spent[0] += r["wall_s"]
+        spent[1] += r.get("cpu_s", 0.0)
+        spent[2] += 1
+    parts.append(
+        "wall s / CPU s per contestant, all its runs (runs), on a shared 2-core machine at nice 10: "
+        + ", ".join(f"{k} {w:.0f}/{c:.0f} ({int(n)})" for k, (w, c, n) in walls.items())
+    )
     text = "\n\n".join(parts) + "\n"
     (out / "tables.md").write_text(text)
     figures(runs, problems, out)
