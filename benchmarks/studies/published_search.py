@@ -796,7 +796,7 @@ def table(runs: list[dict[str, Any]], problems: list[Problem], budget: str, titl
     mode_ok = {"trials": ("trials", "both"), "epochs": ("epochs", "both")}[budget]
     here = {p.name for p in problems}
     names = [c.name for c in CONTESTANTS if any(r["contestant"] == c.name and r["problem"] in here for r in runs)]
-    cells: dict[tuple[str, str], tuple[float, str]] = {}
+    cells: dict[tuple[str, str], tuple[float, str, int]] = {}
     notes: list[str] = []
     for problem in problems:
         for name in names:
@@ -812,9 +812,12 @@ def table(runs: list[dict[str, Any]], problems: list[Problem], budget: str, titl
                 continue
             q1, median, q3 = quantiles(finals)
             text = f"{fmt(median)} [{fmt(q1)}, {fmt(q3)}] ({fmt(min(finals))}-{fmt(max(finals))})"
-            if len(finals) < len(mine):
-                text += f" ({len(finals)} seeds)"
-            cells[(problem.name, name)] = (median, text)
+            seeds = len({r["seed"] for r in mine if final_regret(problem, r, budget) is not None})
+            cells[(problem.name, name)] = (median, text, seeds)
+    most = max((c[2] for c in cells.values()), default=0)
+    for key, (median, text, seeds) in cells.items():
+        if seeds < most:  # fewer seeds than the rest of the table
+            cells[key] = (median, f"{text} ({seeds} seeds)", seeds)
     wins = dict.fromkeys(names, 0)
     lines = [f"**{title}**", "", "| problem | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for problem in problems:
