@@ -118,6 +118,8 @@ CONTESTANTS = [
     Contestant("tuner bohb", "tuner", {"searcher": {"name": "bohb"}, "scheduler": {"name": "bohb"}}),
     Contestant("tuner auto", "tuner", {"searcher": {"name": "auto"}}),  # may pick a scheduler of its own
     Contestant("tuner optuna-gp", "tuner", {"searcher": {"name": "optuna", "sampler": "gp"}}, False),
+    Contestant("tuner dehb", "tuner", {"searcher": {"name": "dehb"}, "scheduler": {"name": "dehb"}}),
+    Contestant("tuner tpe+pasha", "tuner", {"searcher": {"name": "optuna"}, "scheduler": {"name": "pasha"}}),
     Contestant("optuna tpe+hyperband", "optuna", {"sampler": "tpe", "pruner": "hyperband"}),
     Contestant("ray random+asha", "ray", {"searcher": "random", "scheduler": "asha"}),
     Contestant("ray bohb", "ray", {"searcher": "bohb", "scheduler": "bohb"}),
