@@ -97,3 +97,16 @@ def test_the_table_bolds_the_lowest_median_and_counts_wins():
     assert "| problem | tuner tpe+asha | tuner random+asha |" in text  # CONTESTANTS' order
     assert "| toy-branin | **0.5 [0.5, 2.25] (0.5-4)** | 2 [1.5, 2.5] (1-3) |" in text
     assert "| **wins** | 1 | 0 |" in text
+
+
+def test_pest_control_is_a_function_whose_best_plan_has_no_regret(env):
+    """COMBO's pest control, the evidence behind auto's rule for spaces of choices only: the
+    same plan costs the same every time, and a run that meets the enumerated best plan has
+    regret 0 (the GP contestant at 50 trials, 5 stages of 5 actions)."""
+    pest = PROBLEMS["pest-5"]
+    plan = {p.name: 2 for p in pest.params}
+    assert pest.evaluate(plan, 1, 0) == pest.evaluate(plan, 1, 7)  # reported == true, any seed
+    assert pest.evaluate(plan, 1, 0)[0] > pest.optimum > 0
+    run = study.one_run(pest, contestant("tuner gp"), 0, "trials", env)
+    assert run.status == "ok" and run.trials == pest.trials == 50
+    assert run.regret[-1] == pytest.approx(0.0) and run.regret[0] > 0

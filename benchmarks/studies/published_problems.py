@@ -26,6 +26,16 @@ Families:
   fidelity ``z = t`` on the same log scale; bias and noise are mfpbench's defaults
   (``mfh3``/``mfh6``: 0.5, 0.1) or its ``terrible`` preset (4.0, 5.0: low fidelities mislead).
   Truth: the generator at ``z = max_epochs`` (the plain Hartmann function).
+- ``pest-*`` (evidence, not scored): COMBO's pest-control problem (Oh et al., NeurIPS 2019,
+  used since by CASMOPOLITAN, BODi and Bounce), an all-categorical space: at each of ``n``
+  stages one of 5 actions (none, or one of 4 pesticides with their prices, discounts and
+  the tolerance pests build to them); the cost is the price paid plus the fraction of 100
+  simulated fields above the pest threshold, summed over the stages. The simulation is
+  made a function as Bounce and BODi do (one fixed random stream a call), so reported =
+  true; the best is found by enumerating all ``5^n`` plans. Written here from the paper's
+  definition. Not among the default problems: it is the evidence from outside the scored
+  problems that issue 42 asks for before ``auto``'s rules change (a GP or TPE for small
+  all-categorical spaces).
 
 The tables load once per process (each ~1-3 s); a problem module that is not installed
 raises ImportError when its problem is first evaluated, not on import of this module.
@@ -185,6 +195,53 @@ def _mfh_problem(dims: int, preset: str, max_epochs: int, trials: int) -> Proble
     )
 
 
+# --- COMBO's pest control (evidence for auto's rules, not scored) --------------------------------
+PEST_PRICE = (0.0, 1.0, 0.8, 0.7, 0.5)  # action 0: no control
+PEST_DISCOUNT = (0.0, 0.2, 0.3, 0.3, 0.0)  # most discount when a pesticide is used at every stage
+PEST_TOLERANCE = (0.0, 1.0 / 7.0, 2.5 / 7.0, 2.0 / 7.0, 0.5 / 7.0)  # what each use adds to its beta
+PEST_BETA = (0.0, 2.0 / 7.0, 3.0 / 7.0, 3.0 / 7.0, 5.0 / 7.0)  # control rate ~ Beta(1, beta): larger kills less
+
+
+def pest_cost(plan: tuple[int, ...]) -> float:
+    """Price paid plus the fraction of fields above the threshold (0.1), summed over the stages."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)  # one fixed stream: a function, not a noisy simulation
+    stages, beta = len(plan), list(PEST_BETA)
+    infested = rng.beta(1.0, 30.0, size=100)
+    cost = 0.0
+    for action in plan:
+        spread = rng.beta(1.0, 17.0 / 3.0, size=100)
+        cost += float(np.mean(infested > 0.1))
+        if action:
+            killed = rng.beta(1.0, beta[action], size=100)
+            beta[action] += PEST_TOLERANCE[action] / stages
+            cost += PEST_PRICE[action] * (1.0 - PEST_DISCOUNT[action] / stages * plan.count(action))
+            infested = (1.0 - killed) * infested
+        else:
+            infested = infested + spread * (1.0 - infested)
+    return cost
+
+
+@cache
+def _pest_best(stages: int) -> float:
+    import itertools
+
+    return min(pest_cost(plan) for plan in itertools.product(range(5), repeat=stages))
+
+
+def _pest_problem(stages: int, trials: int) -> Problem:
+    params = tuple(Param(f"stage{i}", "choice", choices=(0, 1, 2, 3, 4)) for i in range(stages))
+
+    def evaluate(point: dict[str, Any], epoch: int, seed: int) -> tuple[float, float]:
+        value = pest_cost(tuple(int(point[p.name]) for p in params))
+        return value, value
+
+    return Problem(
+        f"pest-{stages}", "pest", params, 1, trials, "pest-control cost", evaluate, lambda: _pest_best(stages)
+    )
+
+
 # --- a pure-Python problem for tests (no extra package) ----------------------------------------
 def _toy_problem(max_epochs: int = 9, trials: int = 12) -> Problem:
     """Branin with a curve that converges to it (search_problems.py's shape, without the ripple)."""
@@ -237,6 +294,7 @@ def problems() -> dict[str, Problem]:
         _table_problem("nb201-cifar100", "nb201", "nasbench201", "cifar100", NB201_PARAMS, 50),
         _table_problem("nb201-imagenet", "nb201", "nasbench201", "imagenet", NB201_PARAMS, 50),
         *(_table_problem(f"hpob-{d}", "hpob", "hpobench", d, HPOB_PARAMS, 30) for d in HPOB_DATASETS),
+        *(_pest_problem(stages, 50) for stages in (5, 6, 7)),
         _toy_problem(),
         _search_quality_problem("branin"),
         _search_quality_problem("hartmann6"),

@@ -103,6 +103,7 @@ CONTESTANTS = [
     Contestant("tuner auto", "tuner", {"searcher": {"name": "auto"}}),  # stops_early: from its pick
     Contestant("tuner tpe", "tuner", {"searcher": {"name": "optuna", "sampler": "tpe"}}, "tables"),
     Contestant("tuner random", "tuner", {"searcher": {"name": "random"}}, "tables"),
+    Contestant("tuner gp", "tuner", {"searcher": {"name": "optuna", "sampler": "gp"}}, "tables"),
     Contestant(
         "tuner tpe+asha",
         "tuner",
@@ -144,7 +145,8 @@ CONTESTANTS = [
 QUICK_PROBLEMS = ["nb201-cifar10", "mfh3"]
 QUICK_CONTESTANTS = ["tuner auto", "tuner tpe+asha", "tuner random", "optuna tpe", "optuna tpe+hyperband", "dehb"]
 # the toy is the unit test's; sq-*: search_quality.py's own problems, to check the simulated loop against it
-DEFAULT_PROBLEMS = [name for name, p in PROBLEMS.items() if p.family != "synthetic"]
+# pest-*: the evidence auto's rules are judged on, not scored
+DEFAULT_PROBLEMS = [name for name, p in PROBLEMS.items() if p.family not in ("synthetic", "pest")]
 DEFAULT_CONTESTANTS = [c.name for c in CONTESTANTS if c.name != "syne-tune bore"]
 
 
@@ -887,7 +889,12 @@ def report(runs: list[dict[str, Any]], problems: list[Problem], out: Path) -> st
     tables = [p for p in problems if not p.fidelity]
     fidelity = [p for p in problems if p.fidelity]
     parts = []
-    families = {"nb201": "NAS-Bench-201", "hpob": "HPOBench (MLP)", "synthetic": "synthetic"}
+    families = {
+        "nb201": "NAS-Bench-201",
+        "hpob": "HPOBench (MLP)",
+        "pest": "pest control (evidence for auto, not scored)",
+        "synthetic": "synthetic",
+    }
     for family, label in families.items():
         mine = [p for p in tables if p.family == family]
         if mine:
@@ -925,7 +932,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contestants", default=",".join(DEFAULT_CONTESTANTS))
     parser.add_argument("--skip", default="", help="problem/contestant pairs left out: 'hpob-*/hebo,mfh6/smac hpo'")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "published-search")
-    parser.add_argument("--from", dest="from_", default="", help="results.json files to tabulate (no runs)")
+    parser.add_argument(
+        "--from",
+        dest="from_",
+        default="",
+        help="results.json files to tabulate (no runs); a later file's runs of a problem and contestant "
+        "replace an earlier one's",
+    )
     parser.add_argument(
         "--hebo-python", default=str(REPO / ".venv-search-hebo" / "bin" / "python"), help="HEBO's interpreter"
     )
@@ -935,7 +948,11 @@ def main(argv: list[str] | None = None) -> int:
     problems = [PROBLEMS[name] for name in args.problems.split(",") if name]
     args.out.mkdir(parents=True, exist_ok=True)
     if args.from_:
-        runs = [r for path in args.from_.split(",") for r in json.loads(Path(path).read_text())["runs"]]
+        runs = []
+        for path in args.from_.split(","):  # a later file's problem/contestant replaces an earlier one's runs
+            newer = json.loads(Path(path).read_text())["runs"]
+            again = {(r["problem"], r["contestant"]) for r in newer}
+            runs = [r for r in runs if (r["problem"], r["contestant"]) not in again] + newer
         print(report(runs, problems, args.out))
         return 0
     by_name = {c.name: c for c in CONTESTANTS}
