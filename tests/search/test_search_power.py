@@ -246,6 +246,11 @@ def test_warm_start_is_refused_where_no_result_is_learned_from():
 
 
 # --- auto ---------------------------------------------------------------------------------------------
+ONLY_CHOICES = {name: {"choice": [16, 32, 64]} for name in ("conv1", "conv2", "hidden")} | {
+    "optimizer": {"choice": ["adam", "sgd"]}
+}
+
+
 @pytest.mark.parametrize(
     ("params", "trials", "epochs", "scheduler", "searcher", "picked_scheduler"),
     [
@@ -257,6 +262,8 @@ def test_warm_start_is_refused_where_no_result_is_learned_from():
         ({**FLAT, "optimizer": {"choice": ["adam", "sgd"]}}, 4, 2, None, {"name": "optuna", "sampler": "tpe"}, "fifo"),
         ({**FLAT, "batch_size": {"grid": [32, 64]}}, 4, 4, None, {"name": "random"}, "fifo"),
         (FLAT, 20, 6, {"name": "median"}, {"name": "optuna", "sampler": "tpe"}, "median"),
+        (ONLY_CHOICES, 50, 1, None, {"name": "optuna", "sampler": "gp"}, "fifo"),  # pest control: README
+        (ONLY_CHOICES, 50, 6, {"name": "asha"}, {"name": "optuna", "sampler": "tpe"}, "asha"),
     ],
     ids=[
         "few-numeric",
@@ -267,6 +274,8 @@ def test_warm_start_is_refused_where_no_result_is_learned_from():
         "choices",
         "grid",
         "file-scheduler",
+        "only-choices",
+        "only-choices-file-scheduler",
     ],
 )
 def test_auto_picks_from_the_space_budget_and_epochs(params, trials, epochs, scheduler, searcher, picked_scheduler):
