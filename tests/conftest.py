@@ -12,6 +12,9 @@ if "TUNER_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
     os.environ["TUNER_DATA_DIR"] = str(SHARED_DATA)
 # Every sweep in the tests writes to the sqlite store beside its own outputs.
 os.environ.pop("MLFLOW_TRACKING_URI", None)
+# A warm local Ray of the user's (`tuner ray up`, in ~/.tuner) is not the tests' to join:
+# their commands look for one in a folder of the session's own.
+os.environ["TUNER_HOME"] = tempfile.mkdtemp(prefix="tuner-home-")
 
 
 def require(condition: bool, reason: str) -> None:

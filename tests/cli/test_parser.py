@@ -11,7 +11,7 @@ from tuner import cli
 
 def test_help_lists_every_command_in_its_order_each_handled_in_its_subjects_module():
     (commands,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    order = "sweep submit jobs stop resume extend status best export predict serve report ui validate schema"
+    order = "sweep submit jobs stop ray resume extend status best export predict serve report ui validate schema"
     assert list(commands.choices) == order.split()
     for name, parser in commands.choices.items():
         handler = parser.get_default("handler")

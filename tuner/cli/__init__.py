@@ -21,7 +21,9 @@ from tuner.invocation import tuner_command
 EXIT_USER_ERROR = 2
 SUBJECTS = (running, read, cluster, serve)
 # The order ``tuner --help`` lists the commands in, whichever subject adds them.
-HELP_ORDER = "sweep submit jobs stop resume extend status best export predict serve report ui validate schema".split()
+HELP_ORDER = (
+    "sweep submit jobs stop ray resume extend status best export predict serve report ui validate schema"
+).split()
 
 
 def build_parser() -> argparse.ArgumentParser:

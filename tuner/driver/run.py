@@ -27,7 +27,8 @@ class Run:
     code: Any = None  # the user's code as the sweep began with it (tuner.usercode.snapshot)
     hooks: TrialHooks | None = None  # tests' seams in every trial (tuner/trial/testing.py)
     evaluated: list[Evaluated] | None = None  # a warm start's earlier trials, told to the searcher first
-    address: str | None = None  # the cluster to join; None: a local Ray of the command's own
+    address: str | None = None  # the cluster to join; None: the warm local Ray if up, else one of the command's own
+    warm: str | None = None  # set by the driver: the warm local Ray's address it joined (tuner ray up)
     verbose: bool = False  # Ray's own output and tables instead of tuner's view
     cluster_timeout_s: float = CLUSTER_TIMEOUT_S
     # the trainable or objective as a function object (tuner.run(..., trainable=fn) from a

@@ -15,12 +15,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tuner.cluster import warm as warm_ray
 from tuner.cluster.connect import CLUSTER_TIMEOUT_S, check_shared_storage, joined, start_ray
 from tuner.data.datasets import TrainingData
 from tuner.driver import own_code
@@ -207,24 +209,31 @@ def _fit_and_export(run: Run) -> SweepOutcome:
     """Start or join Ray, fit, export; a write the machine refused ends it in one line."""
     import ray
 
+    warm = None if run.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized() else warm_ray.current()
+    with warm_ray.lease() if warm else contextlib.nullcontext():  # the warm Ray stays up while this runs
+        run.warm = warm.address if warm else None
+        started_ray = start_ray(run.warm or run.address, verbose=run.verbose)
+        try:
+            return _fit_and_export_on_ray(run)
+        finally:
+            if started_ray:
+                ray.shutdown()
+
+
+def _fit_and_export_on_ray(run: Run) -> SweepOutcome:
     folder = run.folder
-    started_ray = start_ray(run.address, verbose=run.verbose)
-    try:
-        with store.noting_failed_writes():
-            try:
-                with store.writing_records_to(folder):
-                    return _run(run)
-            except Exception as error:
-                failure = store.failed_write(error, folder.root)
-                if failure is None:
-                    raise
-                raise store.StorageError(
-                    f"{failure}; the sweep stopped: free space (or make the folder writable), then continue it "
-                    f"with: {tuner_command()} resume {folder.where}"
-                ) from None
-    finally:
-        if started_ray:
-            ray.shutdown()
+    with store.noting_failed_writes():
+        try:
+            with store.writing_records_to(folder):
+                return _run(run)
+        except Exception as error:
+            failure = store.failed_write(error, folder.root)
+            if failure is None:
+                raise
+            raise store.StorageError(
+                f"{failure}; the sweep stopped: free space (or make the folder writable), then continue it "
+                f"with: {tuner_command()} resume {folder.where}"
+            ) from None
 
 
 def _records_elsewhere(sweep: SweepConfig, folder: SweepFolder) -> str | None:
@@ -289,6 +298,8 @@ def _run(run: Run) -> SweepOutcome:
         held += f"; {data_cpus} CPU(s) kept free of trials for its tasks"
     # A reader gone away (``| head``) does not stop the sweep: show() goes quiet instead.
     show(describe(sweep, slots, use_gpu, data, folder, held))
+    if run.warm:
+        show(f"  Ray: the warm local Ray at {run.warm} (tuner ray down stops it)")
     if run.mode == "extend":
         show(
             f"  extend: {sweep.total_trials} more trial(s) in {folder.tune.name}/, the searcher going on from "
