@@ -1,7 +1,9 @@
 """Where a sweep's time goes outside its trials: the fixed cost, part by part.
 
     TUNER_DATA_DIR=DIR python benchmarks/studies/fixed_cost.py   # the default sweep, as `make sweep` runs it
-    TUNER_DATA_DIR=DIR python benchmarks/studies/fixed_cost.py mnist_asha.yaml train.epochs=1 trials.num_samples=2
+    TUNER_DATA_DIR=DIR python benchmarks/studies/fixed_cost.py mnist_asha.yaml train.epochs=2 trials.num_samples=2
+    python benchmarks/studies/fixed_cost.py --ray-tune     # bare Ray Tune, the same command shape
+    python -m tuner ray up && TUNER_DATA_DIR=DIR python benchmarks/studies/fixed_cost.py ...   # joining a warm Ray
 
 Runs ``python -m tuner sweep EXPERIMENT --set KEY=VALUE ...`` in a child process that
 times tuner's own steps from inside (each wrapped, nothing changed): the imports, reading the
@@ -11,6 +13,11 @@ registering the model in MLflow, ``ray.shutdown`` and the interpreter's exit (me
 from outside). The fixed cost is the whole command's wall time less the trials' span
 (first trial start .. last trial end). It also prints the sweep's best test accuracy,
 its epochs and the trials' median throughput (epochs after each trial's first).
+
+``--ray-tune``: the same measure of bare Ray Tune as its docs run it, a script with
+``ray.init()``, a ``Tuner`` of 2 trials (a function trainable that imports torch and
+reports 2 epochs of 1 s) and ``ray.shutdown()``; its trials' span from a Tune callback on
+the driver, as tuner's timeline records it. Issue 43's fixed-cost target compares the two.
 """
 
 from __future__ import annotations
@@ -70,14 +77,101 @@ def child(out: Path, argv: list[str]) -> None:
     cli.leave(code)  # as `python -m tuner` ends
 
 
+def bare_child(out: Path) -> None:
+    """Bare Ray Tune as its docs run it, timed as ``child`` times tuner."""
+    began = time.time()
+    import ray
+    from ray import tune
+
+    imported = time.time()
+    starts: list[float] = []
+    ends: list[float] = []
+
+    class Span(tune.Callback):
+        def on_trial_start(self, iteration, trials, trial, **info):
+            starts.append(time.time())
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            ends.append(time.time())
+
+    def trainable(config):
+        import torch  # as a trial that trains does
+
+        for epoch in range(config["epochs"]):
+            time.sleep(config["epoch_s"])
+            tune.report({"loss": float(torch.tensor(config["lr"]) / (epoch + 1))})
+
+    marks: dict[str, float] = {}
+    t0 = time.time()
+    ray.init()
+    marks["ray.init"] = time.time() - t0
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"epochs": 2, "epoch_s": 1.0, "lr": tune.grid_search([1e-3, 3e-3])},
+        run_config=tune.RunConfig(storage_path=str(out / "ray_results"), name="bare", callbacks=[Span()]),
+    )
+    fit_start = time.time()
+    tuner.fit()
+    fit_end = time.time()
+    t0 = time.time()
+    ray.shutdown()
+    marks["ray.shutdown"] = time.time() - t0
+    (out / "child.json").write_text(
+        json.dumps(
+            {
+                "began": began,
+                "imported": imported,
+                "ended": time.time(),
+                "fit": [fit_start, fit_end],
+                "span": [min(starts), max(ends)],
+                "marks": marks,
+            }
+        )
+    )
+
+
+def bare(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    with open(out / "log.txt", "w") as log:
+        done = subprocess.run(
+            [sys.executable, __file__, "--ray-tune", "--child", "--out", str(out)], stdout=log, stderr=subprocess.STDOUT
+        )
+    exited = time.time()
+    if done.returncode != 0:
+        raise SystemExit(f"bare Ray Tune failed ({done.returncode}); see {out / 'log.txt'}")
+    inner = json.loads((out / "child.json").read_text())
+    first_start, last_end = inner["span"]
+    fit_start, fit_end = inner["fit"]
+    parts = {
+        "interpreter and imports (Ray, Tune)": inner["imported"] - started,
+        "ray.init": inner["marks"]["ray.init"],
+        "Tune's set-up until the first trial starts": first_start - fit_start,
+        "last trial end until fit returns": fit_end - last_end,
+        "ray.shutdown": inner["marks"]["ray.shutdown"],
+        "interpreter exit": exited - inner["ended"],
+    }
+    wall, span = exited - started, last_end - first_start
+    report = {"wall_s": wall, "trials_span_s": span, "fixed_s": wall - span, "parts_s": parts}
+    (out / "results.json").write_text(json.dumps(report, indent=2))
+    lines = ["| part (bare Ray Tune) | s |", "|---|---:|"]
+    lines += [f"| {name} | {seconds:.1f} |" for name, seconds in parts.items()]
+    lines.append(f"| **fixed cost** (wall less the trials' span) | **{wall - span:.1f}** |")
+    print("\n".join(lines) + f"\n\nwall {wall:.1f} s, trials' span {span:.1f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", nargs="?", default="mnist_asha.yaml")
     parser.add_argument("overrides", nargs="*", help="key=value, as tuner sweep takes them")
     parser.add_argument("--out", default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ray-tune", action="store_true", help="bare Ray Tune, the same command shape")
     args = parser.parse_args()
     out = Path(args.out or REPO / "benchmarks" / "results" / f"fixed-cost-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    if args.ray_tune:
+        bare_child(out) if args.child else bare(out)
+        return
     argv = [args.experiment]
     for override in [*args.overrides, f"output_dir={out / 'runs'}"]:
         argv += ["--set", override]
@@ -123,7 +217,7 @@ def summarise(out: Path, started: float, exited: float) -> dict:
         "export (test score, model files)": marks["export (test score, model files)"],
         "log and register the model in MLflow (and reopen the store)": marks["log and register the model in MLflow"]
         + sum(b - a for a, b in inner["marks"]["open the MLflow store"][1:]),
-        "ray.shutdown": marks["ray.shutdown"],
+        "ray.shutdown": marks.get("ray.shutdown", 0.0),  # none when it joined a Ray it did not start
         "summary printed, interpreter exit": exited - inner["ended"],
     }
     wall = exited - started
