@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tuner.cluster.connect import answers
 from tuner.errors import TunerError
 
 IDLE_STOP_S = 3600.0  # an hour without a command joined
@@ -66,15 +67,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _answers(address: str, timeout_s: float = 1.0) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except (OSError, ValueError):
-        return False
-    return True
-
-
 def _read() -> WarmRay | None:
     try:
         return WarmRay(**json.loads(_state().read_text()))
@@ -86,7 +78,7 @@ def current() -> WarmRay | None:
     """The warm Ray, if one is up and answering; a stale ``ray.json`` (a keeper killed with
     SIGKILL, a reboot) counts as none."""
     warm = _read()
-    if warm is None or not _alive(warm.keeper) or not _answers(warm.address):
+    if warm is None or not _alive(warm.keeper) or not answers(warm.address):
         return None
     return warm
 
@@ -222,7 +214,7 @@ def keep(num_cpus: int | None, idle_stop_s: float) -> None:
     why = "its head did not come up"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not (_answers(address) and _answers(dashboard.removeprefix("http://"))):
+        while not (answers(address) and answers(dashboard.removeprefix("http://"))):
             if head.poll() is not None or stop or time.monotonic() > deadline:
                 return
             time.sleep(0.2)
