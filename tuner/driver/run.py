@@ -28,12 +28,12 @@ class Run:
     hooks: TrialHooks | None = None  # tests' seams in every trial (tuner/trial/testing.py)
     evaluated: list[Evaluated] | None = None  # a warm start's earlier trials, told to the searcher first
     address: str | None = None  # the cluster to join; None: the warm local Ray if up, else one of the command's own
-    warm: str | None = None  # set by the driver: the warm local Ray's address it joined (tuner ray up)
     verbose: bool = False  # Ray's own output and tables instead of tuner's view
     cluster_timeout_s: float = CLUSTER_TIMEOUT_S
     # the trainable or objective as a function object (tuner.run(..., trainable=fn) from a
     # notebook): sent to the trials by value, as Ray sends a function; None: imported by name
     function: Any = None
+    warm: str | None = None  # set by the driver: the warm local Ray's address it joined (tuner ray up)
 
     @property
     def resume(self) -> bool:

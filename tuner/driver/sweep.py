@@ -122,7 +122,19 @@ def run_sweep(
                 own_code.keep(code, folder)
             if function is None:
                 own_code.check_importable(sweep)  # not a notebook's function, which only tuner.run can give again
-            run = Run(sweep, folder, mode, data, code, hooks, evaluated, address, verbose, cluster_timeout_s, function)
+            run = Run(
+                sweep,
+                folder,
+                mode,
+                data,
+                code,
+                hooks,
+                evaluated,
+                address=address,
+                verbose=verbose,
+                cluster_timeout_s=cluster_timeout_s,
+                function=function,
+            )
             return _fit_and_export(run)
     except BaseException:
         if mode == "new":
