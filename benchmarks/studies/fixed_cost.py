@@ -4,6 +4,7 @@
     TUNER_DATA_DIR=DIR python benchmarks/studies/fixed_cost.py mnist_asha.yaml train.epochs=2 trials.num_samples=2
     python benchmarks/studies/fixed_cost.py --ray-tune     # bare Ray Tune, the same command shape
     python -m tuner ray up && TUNER_DATA_DIR=DIR python benchmarks/studies/fixed_cost.py ...   # joining a warm Ray
+    TUNER_DATA_DIR=DIR python benchmarks/studies/fixed_cost.py --outside --runs 3 mnist_asha.yaml ...   # untouched
 
 Runs ``python -m tuner sweep EXPERIMENT --set KEY=VALUE ...`` in a child process that
 times tuner's own steps from inside (each wrapped, nothing changed): the imports, reading the
@@ -13,6 +14,12 @@ registering the model in MLflow, ``ray.shutdown`` and the interpreter's exit (me
 from outside). The fixed cost is the whole command's wall time less the trials' span
 (first trial start .. last trial end). It also prints the sweep's best test accuracy,
 its epochs and the trials' median throughput (epochs after each trial's first).
+
+``--outside``: ``python -m tuner sweep`` itself, untouched (nothing imported ahead, nothing
+wrapped), its fixed cost taken from outside: the command's wall time less the trials' span
+in its timeline; ``--runs N`` of them, one after another, each in a folder of its own.
+The parts above need the wrappers, and the wrappers' imports (torch among them, before
+Ray starts) change what they measure: the headline figure is this one.
 
 ``--ray-tune``: the same measure of bare Ray Tune as its docs run it, a script with
 ``ray.init()``, a ``Tuner`` of 2 trials (a function trainable that imports torch and
@@ -160,6 +167,35 @@ def bare(out: Path) -> None:
     print("\n".join(lines) + f"\n\nwall {wall:.1f} s, trials' span {span:.1f} s")
 
 
+def outside(out: Path, experiment: str, overrides: list[str], runs: int) -> None:
+    """``python -m tuner sweep`` as a user runs it, ``runs`` times: wall less the trials' span."""
+    from tuner.folder.records import read_timeline
+    from tuner.folder.store import SweepFolder
+
+    fixed = []
+    for index in range(runs):
+        folder = out / f"run-{index + 1}"
+        folder.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "tuner", "sweep", experiment]
+        for override in [*overrides, f"output_dir={folder / 'runs'}"]:
+            command += ["--set", override]
+        started = time.time()
+        with open(folder / "log.txt", "w") as log:
+            done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        wall = time.time() - started
+        if done.returncode != 0:
+            raise SystemExit(f"the sweep failed ({done.returncode}); see {folder / 'log.txt'}")
+        sweep_dir = next(p.parents[1] for p in (folder / "runs").glob("*/best/metrics.json"))
+        events = read_timeline(SweepFolder(sweep_dir))
+        span = max(e["time"] for e in events if e["event"] in ("end", "error")) - min(
+            e["time"] for e in events if e["event"] == "start"
+        )
+        fixed.append({"wall_s": wall, "trials_span_s": span, "fixed_s": wall - span})
+        print(f"run {index + 1}: wall {wall:.1f} s, trials' span {span:.1f} s, fixed cost {wall - span:.1f} s", flush=True)
+    (out / "results.json").write_text(json.dumps({"outside": fixed}, indent=2))
+    print(f"fixed cost, median of {runs}: {statistics.median(r['fixed_s'] for r in fixed):.1f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", nargs="?", default="mnist_asha.yaml")
@@ -167,10 +203,15 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ray-tune", action="store_true", help="bare Ray Tune, the same command shape")
+    parser.add_argument("--outside", action="store_true", help="tuner's command untouched, timed from outside only")
+    parser.add_argument("--runs", type=int, default=1, help="with --outside: how many sweeps, one after another")
     args = parser.parse_args()
     out = Path(args.out or REPO / "benchmarks" / "results" / f"fixed-cost-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if args.ray_tune:
         bare_child(out) if args.child else bare(out)
+        return
+    if args.outside:
+        outside(out, args.experiment, args.overrides, args.runs)
         return
     argv = [args.experiment]
     for override in [*args.overrides, f"output_dir={out / 'runs'}"]:

@@ -224,20 +224,74 @@ def _fit_and_export(run: Run) -> SweepOutcome:
     warm = None if run.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized() else warm_ray.current()
     with warm_ray.lease() if warm else contextlib.nullcontext():  # the warm Ray stays up while this runs
         run.warm = warm.address if warm else None
-        started_ray = start_ray(run.warm or run.address, verbose=run.verbose)
+        _import_ahead("torch")
+        stop = RayStop(start_ray(run.warm or run.address, verbose=run.verbose))
         try:
-            return _fit_and_export_on_ray(run)
+            return _fit_and_export_on_ray(run, stop)
         finally:
-            if started_ray:
-                ray.shutdown()
+            stop.wait()
 
 
-def _fit_and_export_on_ray(run: Run) -> SweepOutcome:
+def _import_ahead(*modules: str) -> None:
+    """Import ``modules`` on a thread while ``ray.init`` waits for Ray's processes (most of
+    its 3-4 s is waiting): torch alone, which the export needs, takes 1.3 s. Only modules
+    that share no circular import with what ``ray.init`` imports itself (opentelemetry,
+    aiohttp, grpc, pydantic, click: a circular import met from two threads at once is an
+    error); a failure here is left to the import that needs the module."""
+    import importlib
+    import threading
+
+    def load() -> None:
+        for name in modules:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+    threading.Thread(target=load, name="tuner-import-ahead", daemon=True).start()
+
+
+class RayStop:
+    """Stops the Ray this command started (``started``; none when it joined one): at the
+    end, or, from ``early()``, on a thread once the trials are done, while the export scores
+    the best model and MLflow logs it, neither of which needs Ray. ``ray.shutdown`` spends
+    its 1.1-1.4 s waiting for Ray's processes to end (benchmarks/README.md)."""
+
+    def __init__(self, started: bool) -> None:
+        self.started = started
+        self.thread: Any = None
+        self.error: BaseException | None = None
+
+    def early(self) -> None:
+        import threading
+
+        if self.started and self.thread is None:
+            self.thread = threading.Thread(target=self._shutdown, name="tuner-ray-stop")
+            self.thread.start()
+
+    def _shutdown(self) -> None:
+        import ray
+
+        try:
+            ray.shutdown()
+        except BaseException as error:  # raised where the command waits for it
+            self.error = error
+
+    def wait(self) -> None:
+        if not self.started:
+            return
+        if self.thread is None:
+            self._shutdown()
+        else:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _fit_and_export_on_ray(run: Run, stop: RayStop) -> SweepOutcome:
     folder = run.folder
     with store.noting_failed_writes():
         try:
             with store.writing_records_to(folder):
-                return _run(run)
+                return _run(run, stop)
         except Exception as error:
             failure = store.failed_write(error, folder.root)
             if failure is None:
@@ -283,7 +337,7 @@ def _reporter(sweep: SweepConfig, folder: SweepFolder) -> Any:
     return Reporter(progress)
 
 
-def _run(run: Run) -> SweepOutcome:
+def _run(run: Run, stop: RayStop) -> SweepOutcome:
     sweep, folder, resume, verbose = run.sweep, run.folder, run.resume, run.verbose
     import ray
 
@@ -349,6 +403,8 @@ def _run(run: Run) -> SweepOutcome:
         from tuner.results.summaries import all_results
 
         every = [*all_results(sweep, dataclasses.replace(folder, part=folder.part - 1)), *results]
+    if sweep.data.dataset != "spark":  # Spark's test split is read through Spark on Ray
+        stop.early()
     try:
         exported = exporter(sweep)(sweep, folder, every, to=folder.best, overwrite=True)
     except NoFeasibleTrial as error:  # the trials are recorded; there is no best to export or register
