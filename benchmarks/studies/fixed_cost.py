@@ -191,7 +191,9 @@ def outside(out: Path, experiment: str, overrides: list[str], runs: int) -> None
             e["time"] for e in events if e["event"] == "start"
         )
         fixed.append({"wall_s": wall, "trials_span_s": span, "fixed_s": wall - span})
-        print(f"run {index + 1}: wall {wall:.1f} s, trials' span {span:.1f} s, fixed cost {wall - span:.1f} s", flush=True)
+        print(
+            f"run {index + 1}: wall {wall:.1f} s, trials' span {span:.1f} s, fixed cost {wall - span:.1f} s", flush=True
+        )
     (out / "results.json").write_text(json.dumps({"outside": fixed}, indent=2))
     print(f"fixed cost, median of {runs}: {statistics.median(r['fixed_s'] for r in fixed):.1f} s")
 

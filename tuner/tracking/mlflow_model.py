@@ -67,9 +67,7 @@ def served_model_files(exported: Any, folder: Path) -> tuple[dict[str, str], Any
         warnings.simplefilter("ignore")  # tracing notes, torch.jit's deprecation notice
         # check_trace traces the model a second time to compare, and only warns (0.9 of the
         # 1.0 s a default CNN took); those warnings are ignored here anyway.
-        traced = torch.jit.trace(
-            exported.model.eval(), torch.from_numpy(exported.example_input()), check_trace=False
-        )
+        traced = torch.jit.trace(exported.model.eval(), torch.from_numpy(exported.example_input()), check_trace=False)
         torch.jit.save(traced, str(network))
     classes = list(data.get("classes") or CLASS_NAMES[data["dataset"]])  # exports before classes were recorded
     settings = folder / "settings.json"
