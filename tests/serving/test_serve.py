@@ -4,7 +4,8 @@ live service, batching under concurrent load, a replica killed mid-load, ``--sto
 leaving nothing running, and a model registered in MLflow served by its URI.
 
 The model is a tiny CNN trained here for one epoch on real MNIST digits and exported as
-``export_best`` writes it (seconds); one service runs at a time (one Ray per service).
+``export_best`` writes it (seconds); each service has a Ray of its own, and one test runs
+a second service beside the module's (each behind Serve's HAProxy ingress).
 """
 
 from __future__ import annotations
@@ -276,6 +277,53 @@ def test_a_killed_replica_is_replaced_and_only_its_requests_in_flight_fail(servi
         raise AssertionError(f"no second replica after the kill: {seen}")
 
 
+USERS_FACTORY = """
+import torch.nn as nn
+
+
+def build(num_classes, width=16):
+    return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, width), nn.ReLU(), nn.Linear(width, num_classes))
+"""
+
+
+def test_a_model_from_a_users_factory_serves_from_its_export_beside_another_service(service, export, tmp_path):
+    """An export of a model built by a user's factory carries the user's code (code/); a
+    replica, in a process and folder of its own, rebuilds it from there. It runs while the
+    module's service does: two services on one machine, each HAProxy with ports of its own,
+    each answering with its own model."""
+    from tuner.models.build import build_model
+
+    _, test = export
+    code = tmp_path / "my_code"
+    code.mkdir()
+    (code / "my_nets.py").write_text(USERS_FACTORY)
+    options = {"factory": "my_nets:build", "width": 16}
+    model = build_model("factory", in_channels=1, num_classes=10, image_size=28, options=options, code_folder=code)
+    config = export_config("state_dict", sweep="own_factory")
+    config["model"] = {"name": "factory", "options": options}
+    write_package(tmp_path / "best", model, config, {"trial_id": "trial_own", "epoch": 1}, code=code)
+    expected, _ = load_best(tmp_path / "best").predict(test.images[:6])
+    running = Service(str(tmp_path / "best"))
+    try:
+        status, answer = post(
+            running.url + "/predict", json.dumps(test.images[:6, 0].tolist()).encode(), "application/json"
+        )
+        assert status == 200 and [p["class"] for p in answer["predictions"]] == expected.tolist()
+        assert answer["trial_id"] == "trial_own"
+        for _ in range(6):  # the other service still answers, with its own model
+            status, answer = post(service.url + "/predict", png(test.images[0, 0]), "image/png")
+            assert status == 200 and answer["trial_id"] == "trial_00007", answer
+    finally:
+        said = running.stop_by_group_signal()
+    # SIGTERM to the whole process group (a pod's stop, Slurm's scancel): the service ends
+    # cleanly, its own Ray too, with no Ray error line
+    assert running.process.returncode == 0 and "service stopped" in said, said
+    assert "GCS" not in said and "rpc_client" not in said, said
+    time.sleep(2)
+    left = [p for p in running.tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, [" ".join(p.cmdline())[:120] for p in left]
+
+
 def test_a_second_service_on_the_same_port_is_refused_in_one_line(service, export):
     folder, _ = export
     done = tuner_cli("serve", str(folder), "--port", str(service.port), timeout=120)
@@ -286,8 +334,10 @@ def test_a_second_service_on_the_same_port_is_refused_in_one_line(service, expor
 
 
 def test_stop_takes_the_service_down_and_leaves_nothing_running(service):
-    tree = [p for p in service.tree if p.is_running()]
+    # (those of its start and those of now: HAProxy hands over to a new process of its own on a reload)
+    tree = [p for p in {*service.tree, *service.process_children()} if p.is_running()]
     assert any("raylet" in " ".join(p.cmdline()) for p in tree), "the service's own Ray is not among its processes"
+    assert any(p.name() == "haproxy" for p in tree), "Serve's HAProxy ingress is not among its processes"
     said = service.stop()
     assert service.process.returncode == 0, said
     assert "service stopped" in said
@@ -332,45 +382,3 @@ def test_a_model_registered_in_mlflow_is_served_by_its_uri(export, tmp_path):
         assert model["registered_model"] == "serve_test_cnn" and model["version"] == "1"
     finally:
         running.stop()
-
-
-USERS_FACTORY = """
-import torch.nn as nn
-
-
-def build(num_classes, width=16):
-    return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, width), nn.ReLU(), nn.Linear(width, num_classes))
-"""
-
-
-def test_a_model_from_a_users_factory_serves_from_its_export(export, tmp_path):
-    """An export of a model built by a user's factory carries the user's code (code/); a
-    replica, in a process and folder of its own, rebuilds it from there."""
-    from tuner.models.build import build_model
-
-    _, test = export
-    code = tmp_path / "my_code"
-    code.mkdir()
-    (code / "my_nets.py").write_text(USERS_FACTORY)
-    options = {"factory": "my_nets:build", "width": 16}
-    model = build_model("factory", in_channels=1, num_classes=10, image_size=28, options=options, code_folder=code)
-    config = export_config("state_dict", sweep="own_factory")
-    config["model"] = {"name": "factory", "options": options}
-    write_package(tmp_path / "best", model, config, {"trial_id": "trial_own", "epoch": 1}, code=code)
-    expected, _ = load_best(tmp_path / "best").predict(test.images[:6])
-    running = Service(str(tmp_path / "best"))
-    try:
-        status, answer = post(
-            running.url + "/predict", json.dumps(test.images[:6, 0].tolist()).encode(), "application/json"
-        )
-        assert status == 200 and [p["class"] for p in answer["predictions"]] == expected.tolist()
-        assert answer["trial_id"] == "trial_own"
-    finally:
-        said = running.stop_by_group_signal()
-    # SIGTERM to the whole process group (a pod's stop, Slurm's scancel): the service ends
-    # cleanly, its own Ray too, with no Ray error line
-    assert running.process.returncode == 0 and "service stopped" in said, said
-    assert "GCS" not in said and "rpc_client" not in said, said
-    time.sleep(2)
-    left = [p for p in running.tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not left, [" ".join(p.cmdline())[:120] for p in left]

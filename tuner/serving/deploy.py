@@ -97,6 +97,7 @@ def serve_model(
     served = bundle(source, tracking_uri=tracking_uri)  # checked here, before Ray starts
     if not address:
         _check_port_free(host, port)
+        _haproxy_ingress()
     limits = {"max_bytes": MAX_BYTES, "max_images": max_images or MAX_IMAGES}
 
     import ray
@@ -212,6 +213,33 @@ def _take_down(*, ray_goes_too: bool = False) -> None:
         serve.delete(APP_NAME)
     if not ray_goes_too and not _applications():
         serve.shutdown()
+
+
+def _haproxy_ingress() -> None:
+    """Serve's HAProxy ingress in place of its Python proxy, on the Ray this command starts:
+    HAProxy passes each request straight to a replica's own HTTP server (Serve's direct
+    ingress), where the proxy added a Python hop and a Ray call (light CNN, 32 clients:
+    1,168 requests/s against 268, benchmarks/README.md). Ray's processes read these when
+    they start; the replicas listen on ``--host`` too. HAProxy's stats page and Prometheus
+    endpoint listen on every interface, and a fallback proxy (for when no replica is up)
+    on ``--host``: they get free ports, as with their fixed defaults (8404, 9101, 8500) a
+    second service on the machine was refused, or shared the first one's fallback proxy
+    (Serve binds it with SO_REUSEPORT). ``RAY_SERVE_ENABLE_HA_PROXY=0``
+    keeps Serve's own proxy. A cluster joined by address keeps the ingress it was started
+    with.
+
+    A replica behind it stays open for a draining period before it stops, so that a load
+    balancer outside can take it out first: 30 s by default, which every stop (Ctrl-C,
+    ``--stop``, SIGTERM) would wait. This HAProxy is Serve's own and is told at once: 2 s."""
+    if os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1") != "1":
+        return
+    os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "2")
+    ports = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT", "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT")
+    for name in ports:
+        if name not in os.environ:
+            with socket.socket() as probe:
+                probe.bind(("", 0))
+                os.environ[name] = str(probe.getsockname()[1])
 
 
 def _check_port_free(host: str, port: int) -> None:
