@@ -341,7 +341,6 @@ def _run(run: Run, stop: RayStop) -> SweepOutcome:
     sweep, folder, resume, verbose = run.sweep, run.folder, run.resume, run.verbose
     import ray
 
-    from tuner.results.export_own import exporter
     from tuner.tracking import mlflow_runs as tracking
 
     check_shared_storage(folder, run.cluster_timeout_s)
@@ -398,6 +397,18 @@ def _run(run: Run, stop: RayStop) -> SweepOutcome:
             with _unless_mlflow_is_away(folder):
                 tracking.SweepRecord(sweep, folder).fail()
         raise SweepInterrupted(folder.where)
+    try:
+        return _export_and_register(run, results, stop)
+    except KeyboardInterrupt:  # the trials are done and recorded: resume exports what is left
+        raise SweepInterrupted(folder.where) from None
+
+
+def _export_and_register(run: Run, results: Any, stop: RayStop) -> SweepOutcome:
+    """The best trial's model exported to best/ and logged (and registered) in MLflow."""
+    from tuner.results.export_own import exporter
+    from tuner.tracking import mlflow_runs as tracking
+
+    sweep, folder = run.sweep, run.folder
     every = list(results)
     if folder.part > 1:  # an extended sweep: the best over every part's trials
         from tuner.results.summaries import all_results
