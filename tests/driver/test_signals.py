@@ -103,7 +103,7 @@ def test_sigterm_to_the_whole_group_ends_the_sweep_in_seconds_and_resume_finishe
     assert len(histories) == 3
     assert all([row["epoch"] for row in rows] == [1, 2, 3, 4] for rows in histories.values()), histories
     assert (root / "best" / "metrics.json").is_file()
-    # Its Ray stopped on a thread while the export ran (driver.sweep.RayStop): quietly, and all of it.
+    # A sweep that runs to its end stops its Ray quietly, and all of it.
     for noise in ("GCS", "rpc_client", "Traceback", "Exception"):
         assert noise not in resumed.stdout + resumed.stderr, (resumed.stdout + resumed.stderr)[-3000:]
     deadline = time.monotonic() + 10

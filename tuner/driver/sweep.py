@@ -225,11 +225,12 @@ def _fit_and_export(run: Run) -> SweepOutcome:
     with warm_ray.lease() if warm else contextlib.nullcontext():  # the warm Ray stays up while this runs
         run.warm = warm.address if warm else None
         _import_ahead("torch")
-        stop = RayStop(start_ray(run.warm or run.address, verbose=run.verbose))
+        started_ray = start_ray(run.warm or run.address, verbose=run.verbose)
         try:
-            return _fit_and_export_on_ray(run, stop)
+            return _fit_and_export_on_ray(run)
         finally:
-            stop.wait()
+            if started_ray:
+                ray.shutdown()
 
 
 def _import_ahead(*modules: str) -> None:
@@ -249,49 +250,12 @@ def _import_ahead(*modules: str) -> None:
     threading.Thread(target=load, name="tuner-import-ahead", daemon=True).start()
 
 
-class RayStop:
-    """Stops the Ray this command started (``started``; none when it joined one): at the
-    end, or, from ``early()``, on a thread once the trials are done, while the export scores
-    the best model and MLflow logs it, neither of which needs Ray. ``ray.shutdown`` spends
-    its 1.1-1.4 s waiting for Ray's processes to end (benchmarks/README.md)."""
-
-    def __init__(self, started: bool) -> None:
-        self.started = started
-        self.thread: Any = None
-        self.error: BaseException | None = None
-
-    def early(self) -> None:
-        import threading
-
-        if self.started and self.thread is None:
-            self.thread = threading.Thread(target=self._shutdown, name="tuner-ray-stop")
-            self.thread.start()
-
-    def _shutdown(self) -> None:
-        import ray
-
-        try:
-            ray.shutdown()
-        except BaseException as error:  # raised where the command waits for it
-            self.error = error
-
-    def wait(self) -> None:
-        if not self.started:
-            return
-        if self.thread is None:
-            self._shutdown()
-        else:
-            self.thread.join()
-        if self.error is not None:
-            raise self.error
-
-
-def _fit_and_export_on_ray(run: Run, stop: RayStop) -> SweepOutcome:
+def _fit_and_export_on_ray(run: Run) -> SweepOutcome:
     folder = run.folder
     with store.noting_failed_writes():
         try:
             with store.writing_records_to(folder):
-                return _run(run, stop)
+                return _run(run)
         except Exception as error:
             failure = store.failed_write(error, folder.root)
             if failure is None:
@@ -337,7 +301,7 @@ def _reporter(sweep: SweepConfig, folder: SweepFolder) -> Any:
     return Reporter(progress)
 
 
-def _run(run: Run, stop: RayStop) -> SweepOutcome:
+def _run(run: Run) -> SweepOutcome:
     sweep, folder, resume, verbose = run.sweep, run.folder, run.resume, run.verbose
     import ray
 
@@ -398,12 +362,12 @@ def _run(run: Run, stop: RayStop) -> SweepOutcome:
                 tracking.SweepRecord(sweep, folder).fail()
         raise SweepInterrupted(folder.where)
     try:
-        return _export_and_register(run, results, stop)
+        return _export_and_register(run, results)
     except KeyboardInterrupt:  # the trials are done and recorded: resume exports what is left
         raise SweepInterrupted(folder.where) from None
 
 
-def _export_and_register(run: Run, results: Any, stop: RayStop) -> SweepOutcome:
+def _export_and_register(run: Run, results: Any) -> SweepOutcome:
     """The best trial's model exported to best/ and logged (and registered) in MLflow."""
     from tuner.results.export_own import exporter
     from tuner.tracking import mlflow_runs as tracking
@@ -414,8 +378,6 @@ def _export_and_register(run: Run, results: Any, stop: RayStop) -> SweepOutcome:
         from tuner.results.summaries import all_results
 
         every = [*all_results(sweep, dataclasses.replace(folder, part=folder.part - 1)), *results]
-    if sweep.data.dataset != "spark":  # Spark's test split is read through Spark on Ray
-        stop.early()
     try:
         exported = exporter(sweep)(sweep, folder, every, to=folder.best, overwrite=True)
     except NoFeasibleTrial as error:  # the trials are recorded; there is no best to export or register
