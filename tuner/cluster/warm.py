@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from tuner.cluster.connect import answers
 from tuner.errors import TunerError
+from tuner.trial.command_process import free_port
 
 IDLE_STOP_S = 3600.0  # an hour without a command joined
 START_TIMEOUT_S = 90.0
@@ -178,18 +178,12 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def keep(num_cpus: int | None, idle_stop_s: float) -> None:
     """The keeper's life (``python -m tuner.cluster.warm SPEC``), in a session of its own."""
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append("told"))
     signal.signal(signal.SIGINT, lambda *_: stop.append("told"))
-    port, dashboard_port = _free_port(), _free_port()
+    port, dashboard_port = free_port(), free_port()
     ray = Path(sys.executable).with_name("ray")
     command = [
         str(ray) if ray.exists() else "ray",
@@ -205,7 +199,7 @@ def keep(num_cpus: int | None, idle_stop_s: float) -> None:
         "--dashboard-agent-listen-port=0",
         "--min-worker-port=0",
         "--max-worker-port=0",
-        f"--ray-client-server-port={_free_port()}",
+        f"--ray-client-server-port={free_port()}",
         "--disable-usage-stats",
         *([f"--num-cpus={num_cpus}"] if num_cpus else []),
     ]

@@ -234,12 +234,12 @@ def _haproxy_ingress() -> None:
     if os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1") != "1":
         return
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "2")
+    from tuner.trial.command_process import free_port
+
     ports = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT", "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT")
     for name in ports:
         if name not in os.environ:
-            with socket.socket() as probe:
-                probe.bind(("", 0))
-                os.environ[name] = str(probe.getsockname()[1])
+            os.environ[name] = str(free_port(""))  # free on every interface, where HAProxy binds two of them
 
 
 def _check_port_free(host: str, port: int) -> None:
