@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from tuner.errors import ConfigError, TunerError
+from tuner.folder import cache_root
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 SPLITS = ("train", "val", "test")
@@ -378,8 +379,7 @@ CACHE_FORMAT = 2  # a folder of .npy files per decoded set (1 was one .npz)
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("TUNER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tuner")
-    return Path(base) / "decoded"
+    return cache_root() / "decoded"
 
 
 def cache_key(source: Source, size: int | None, channels: int) -> str:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.folder import cache_root
 from tuner.folder.holder import holder_note, in_use_message
 
 MIRROR_EVERY_S = 10.0
@@ -161,7 +162,7 @@ def _remote_call(uri: str, call: Any) -> Any:
 # --- working copies -------------------------------------------------------------------------
 def working_copy(folder_name: str) -> Path:
     """A new local folder ``.../<random>/<folder_name>`` for one command's copy of the records."""
-    base = Path(os.environ.get("TUNER_CACHE_DIR") or Path.home() / ".cache" / "tuner") / "working"
+    base = cache_root() / "working"
     base.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(dir=base)) / folder_name
     root.mkdir()
