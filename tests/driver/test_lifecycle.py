@@ -26,13 +26,16 @@ from tuner.invocation import tuner_command
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 
-def test_a_trial_that_raises_resumes_from_its_checkpoint(tmp_path, ray_tmp, runner):
+# The direct runner's retry. A TorchTrainer's retry from its checkpoint after a raise runs in
+# tests/data/test_own_data.py (two DDP workers, failed once at epoch 2); its resume after a
+# kill, below.
+def test_a_trial_that_raises_resumes_from_its_checkpoint(tmp_path, ray_tmp):
     sweep = small_sweep(
         tmp_path,
         data={"train_subset": 1500},
         train={"epochs": 3},
         trials={"num_samples": 1, "max_failures": 1},
-        scaling={"runner": runner},
+        scaling={"runner": "direct"},
     )
     sweep_file = tmp_path / "retry.yaml"
     sweep_file.write_text(yaml.safe_dump(sweep))

@@ -22,11 +22,13 @@ def _trial_histories(outcome) -> dict[str, list[dict]]:
     return trial_histories(outcome.folder)
 
 
-def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ray(local_ray, tmp_path, runner):
+# The direct runner (the one a one-worker trial gets). A TorchTrainer trial's export and its
+# Train run inside the sweep folder: the test after this one.
+def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ray(local_ray, tmp_path):
     sweep = SweepConfig.model_validate(
         small_sweep(
             tmp_path,
-            scaling={"runner": runner},
+            scaling={"runner": "direct"},
             # Two learning rates that learn and two that cannot (1e-6): whichever order the
             # first epochs arrive in, ASHA's median cut must stop at least one trial.
             space={"params": {"lr": {"grid": [3e-3, 1e-6, 1e-6, 2e-3]}, "dropout": {"uniform": [0.0, 0.5]}}},
@@ -57,9 +59,7 @@ def test_asha_sweep_stops_trials_early_and_exports_a_model_that_loads_without_ra
     assert json.loads((best_dir / "metrics.json").read_text())["trial_id"] == best["trial_id"]
     assert (outcome.folder.root / "sweep.yaml").is_file()
     assert list((outcome.folder.tune).glob("trial_driver_*/events.out.tfevents.*")), "TensorBoard files per trial"
-    # Everything inside the sweep folder, Train runs included; direct trials have none.
-    train_runs = [p for p in outcome.folder.train.glob("*") if p.is_dir()]
-    assert len(train_runs) == (4 if runner == "torch_trainer" else 0)
+    assert not [p for p in outcome.folder.train.glob("*") if p.is_dir()], "a direct trial made a Train run"
 
     script = (
         "import sys, numpy as np\n"
@@ -108,6 +108,9 @@ def test_a_one_worker_trial_is_the_same_run_directly_or_as_a_torch_trainer(local
         for r, rows in (("direct", direct_rows), ("torch_trainer", trainer_rows))
     }
     assert setup_s["direct"] < setup_s["torch_trainer"], setup_s
+    # Everything inside the sweep folder: the TorchTrainer trial's Train run too; a direct one has none.
+    train_runs = {r: [p for p in outcomes[r].folder.train.glob("*") if p.is_dir()] for r in outcomes}
+    assert len(train_runs["torch_trainer"]) == 1 and not train_runs["direct"], train_runs
     assert_no_leaks()
 
 
@@ -197,9 +200,9 @@ def test_worker_groups_dead_train_runs_left_are_removed_so_torch_trainer_trials_
 
 
 # PBT's exploit and HyperBand's pause restore a trial from a checkpoint, the path a killed
-# sweep's resume takes: TorchTrainer's side of it runs in test_lifecycle.py (resumed, and a
-# trial that raises), so these two run the direct runner only (they took 150 s more as
-# TorchTrainers, for no path of their own).
+# sweep's resume takes: TorchTrainer's side of it runs in test_lifecycle.py (resumed) and
+# tests/data/test_own_data.py (a trial that raises), so these two run the direct runner
+# only (they took 150 s more as TorchTrainers, for no path of their own).
 def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_path):
     sweep = SweepConfig.model_validate(
         small_sweep(
