@@ -28,6 +28,7 @@ from tuner.folder import records, store
 from tuner.folder.store import SweepFolder
 from tuner.search.define_by_run import RETURNED
 from tuner.sweepfile.schema import SweepConfig
+from tuner.tracking import mlflow_model
 from tuner.tracking.mlflow_outage import answers, fail_fast_over_http, unreachable
 from tuner.tracking.mlflow_runs import FLUSH_S, SweepRecord, tracking_uri
 
@@ -76,6 +77,7 @@ class MlflowTrials(Callback):
         self.record = SweepRecord(self.sweep, self._folder())
         self.record.backfill(records.trial_histories(self._folder()))
         records.mlflow_caught_up(self._folder())  # what an earlier run could not write is written now
+        mlflow_model.scan_installed_packages()  # while the first trials start, not at the export
 
     def _then(self, write: Callable[..., Any], *args: Any) -> None:
         """Queue a write after the others; first raise any that failed."""

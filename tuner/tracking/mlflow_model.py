@@ -36,6 +36,16 @@ def log_served_model(uri: str, run_id: str, exported: Any) -> Any:
         )
 
 
+def scan_installed_packages() -> None:
+    """Make now the list of installed packages that ``log_model`` checks the stated
+    requirements against (0.3-0.6 s, kept for the process), so that the export does not wait
+    for it: called on the MLflow writer's thread as a sweep opens its records."""
+    with contextlib.suppress(Exception):  # MLflow's own, not its API: a later MLflow scans at its time
+        from mlflow.utils import requirements_utils
+
+        requirements_utils._init_packages_to_modules_map()
+
+
 def register(uri: str, model_uri: str, name: str) -> Any:
     """A new version of the registered model ``name``: the model logged at ``model_uri``."""
     import mlflow
