@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from integration_helpers import small_sweep, tuner_cli
+from integration_helpers import small_sweep, start_sweep, tuner_cli
 
 from tuner.folder.store import SweepFolder
 from tuner.results import report_data, report_plots
@@ -207,14 +207,15 @@ def sweeps(tmp_path_factory):
         ),
         "one": small_sweep(tmp_path, name="one", space={"params": {"lr": {"grid": [2e-3]}}}, trials={"num_samples": 1}),
     }
-    folders = {}
-    for name, sweep in files.items():
+    running = {}
+    for name, sweep in files.items():  # both at once, each on a Ray of its own, as two users' would
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(sweep))
-        done = tuner_cli("sweep", str(path))
-        assert done.returncode == 0, done.stderr[-3000:]
-        folders[name] = tmp_path / "runs" / name
-    return folders
+        running[name] = start_sweep(path)
+    for process in running.values():
+        _, stderr = process.communicate(timeout=900)
+        assert process.returncode == 0, stderr[-3000:]
+    return {name: tmp_path / "runs" / name for name in files}
 
 
 def _report(*args: str) -> subprocess.CompletedProcess:
