@@ -40,9 +40,11 @@ def local_ray():
     trials' CPUs: docs/ray-notes.md)."""
     import ray
 
+    from tuner.cluster.connect import stop_ray
+
     ray.init(address="local", num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False)
     yield ray
-    ray.shutdown()
+    stop_ray()  # tuner's own stop: ray.shutdown less its 1 s wait on the monitor
 
 
 @pytest.fixture(params=["direct", "torch_trainer"])

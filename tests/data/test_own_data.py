@@ -29,6 +29,8 @@ SUBSET, SEED = 3000, 0
 def small_store_ray():
     import ray
 
+    from tuner.cluster.connect import stop_ray
+
     ray.init(
         address="local",
         num_cpus=2,
@@ -42,7 +44,7 @@ def small_store_ray():
         _system_config={"local_fs_capacity_threshold": 1.0},
     )
     yield ray
-    ray.shutdown()
+    stop_ray()  # tuner's own stop: ray.shutdown less its 1 s wait on the monitor
 
 
 @pytest.fixture(autouse=True)

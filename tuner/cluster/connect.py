@@ -66,6 +66,26 @@ def start_ray(address: str | None, *, verbose: bool = False) -> bool:
     return True
 
 
+def stop_ray() -> None:
+    """``ray.shutdown`` of the local Ray this process started, less 1 s of waiting.
+
+    Ray stops its processes one by one, the GCS before the autoscaler's monitor; on SIGTERM
+    the monitor reports its end to the GCS, which is gone by then, and Ray waits its full
+    second before it kills it (1.35 s of the 1.4 s a shutdown took, measured). The monitor
+    keeps nothing (a local Ray has no nodes to scale), so it is killed first, and the rest
+    stop as before (0.4 s)."""
+    import ray
+
+    with contextlib.suppress(Exception):  # Ray's internals: a later Ray just takes its second
+        from ray._private import ray_constants, worker
+
+        if worker._global_node is not None:
+            worker._global_node._kill_process_type(
+                ray_constants.PROCESS_TYPE_MONITOR, check_alive=False, allow_graceful=False, wait=True
+            )
+    ray.shutdown()
+
+
 # The keeper of a local Ray's process group: it waits for the command to end (its stdin
 # closes when the command's process does, however it ends) and then kills whatever of Ray
 # is left in the group, such as the dashboard and runtime-env agents a killed raylet leaves.

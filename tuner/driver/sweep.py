@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tuner.cluster import warm as warm_ray
-from tuner.cluster.connect import CLUSTER_TIMEOUT_S, check_shared_storage, joined, start_ray
+from tuner.cluster.connect import CLUSTER_TIMEOUT_S, check_shared_storage, joined, start_ray, stop_ray
 from tuner.data.datasets import TrainingData
 from tuner.driver import own_code
 from tuner.driver.build import build_tuner
@@ -230,7 +230,7 @@ def _fit_and_export(run: Run) -> SweepOutcome:
             return _fit_and_export_on_ray(run)
         finally:
             if started_ray:
-                ray.shutdown()
+                stop_ray()
 
 
 def _import_ahead(*modules: str) -> None:

@@ -100,15 +100,13 @@ def serve_model(
         _haproxy_ingress()
     limits = {"max_bytes": MAX_BYTES, "max_images": max_images or MAX_IMAGES}
 
-    import ray
-
-    from tuner.cluster.connect import start_ray
+    from tuner.cluster.connect import start_ray, stop_ray
 
     started = start_ray(address, verbose=verbose)
     if not verbose:  # Serve's INFO lines (starting, app ready): what they say is printed below
         import logging
 
-        import ray.serve  # (it sets its logger up when imported)
+        import ray.serve  # noqa: F401 (it sets its logger up when imported)
 
         logging.getLogger("ray.serve").setLevel(logging.WARNING)
     deployed = False
@@ -140,7 +138,7 @@ def serve_model(
             _take_down(ray_goes_too=started)
             print("service stopped", flush=True)
         if started:
-            ray.shutdown()
+            stop_ray()
 
 
 def _deploy(served: Any, host: str, port: int, scale: Scale, max_batch_size: int, limits: dict, cpus: float) -> None:
