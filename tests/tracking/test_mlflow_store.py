@@ -49,6 +49,8 @@ def test_a_new_store_is_the_cached_schema_and_mlflow_migrates_nothing(tmp_path, 
     assert list((cache / "mlflow").glob("schema-*.db")), "no schema kept in the cache"
     for store in ("first", "second"):
         assert _schema(tmp_path / store / "mlflow.db") == _schema(made_by_mlflow)
+        # readable by whoever could read a store MLflow made (mkstemp's 0600 was not)
+        assert (tmp_path / store / "mlflow.db").stat().st_mode == made_by_mlflow.stat().st_mode
     # MLflow added its Default experiment itself, where it would on a store of its own making.
     (default,) = second.search_experiments()
     assert default.experiment_id == "0" and default.name == "Default"

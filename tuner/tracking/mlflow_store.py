@@ -108,9 +108,13 @@ def _copy_schema(database: Path) -> None:
 
 
 def _unique_beside(path: Path) -> Path:
-    """A new empty file of this process and thread's own beside ``path``, for its next version."""
+    """A new empty file of this process and thread's own beside ``path``, for its next version,
+    with the mode a new file gets (mkstemp's is 0600; sqlite would have made 0644)."""
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~store.umask())
+    finally:
+        os.close(fd)
     return Path(name)
 
 
