@@ -19,8 +19,10 @@ from mlflow.utils.rest_utils import http_request
 from tuner import console
 from tuner.folder import records
 from tuner.folder.store import SweepFolder
-from tuner.tracking import callbacks, mlflow_outage
+from tuner.tracking import mlflow_outage
+from tuner.tracking import writer as writer_module
 from tuner.tracking.callbacks import MlflowTrials
+from tuner.tracking.writer import MlflowWriter
 
 
 def _closed_port() -> str:
@@ -95,12 +97,12 @@ class _Record:
 
 @pytest.fixture
 def writer(tmp_path, monkeypatch):
-    """The MLflow callback's writer-thread side, called in line: its record a stand-in, its
+    """The MLflow writer's side (its process's), called in line: its record a stand-in, its
     lines collected, whether the server answers up to the test."""
-    trials = MlflowTrials(sweep=None, folder=SweepFolder(tmp_path))
+    trials = MlflowWriter(sweep=None, folder=SweepFolder(tmp_path))
     trials.record = _Record()
     trials.said, trials.server_answers = [], False
-    monkeypatch.setattr(callbacks, "answers", lambda uri: trials.server_answers)
+    monkeypatch.setattr(writer_module, "answers", lambda uri: trials.server_answers)
     token = console.SAYING.set(trials.said.append)
     yield trials
     console.SAYING.reset(token)
@@ -116,24 +118,24 @@ def test_writes_while_the_server_is_away_are_kept_in_order_and_written_once_it_a
             raise refused
         written.append(name)
 
-    writer._guarded(written.append, "epoch 1")
-    writer._guarded(fails_once, "epoch 2")  # the server goes away here
-    writer._guarded(written.append, "epoch 3")  # kept behind it, not tried
+    writer.guarded(written.append, "epoch 1")
+    writer.guarded(fails_once, "epoch 2")  # the server goes away here
+    writer.guarded(written.append, "epoch 3")  # kept behind it, not tried
     assert written == ["epoch 1", "retried"]
     assert len(writer.said) == 1 and writer.said[0].startswith(f"MLflow at {_Record.uri} is unreachable")
     assert "connection refused" in writer.said[0] and "the sweep goes on" in writer.said[0]
     assert records.mlflow_behind(SweepFolder(tmp_path))  # a sweep that ends now leaves it to resume
 
-    assert not writer._probe()  # still away: nothing tried, nothing said
+    assert not writer.probe()  # still away: nothing tried, nothing said
     assert written == ["epoch 1", "retried"] and len(writer.said) == 1
 
     writer.server_answers = True
-    assert writer._probe()
+    assert writer.probe()
     assert written == ["epoch 1", "retried", "epoch 2", "epoch 3"]  # in their order, after the gaps backfilled
     assert writer.record.backfilled == 1
     assert len(writer.said) == 2 and writer.said[1].startswith(f"MLflow at {_Record.uri} is back after")
     assert records.mlflow_behind(SweepFolder(tmp_path)) is None
-    assert writer._probe() and len(writer.said) == 2  # nothing missed: nothing said again
+    assert writer.probe() and len(writer.said) == 2  # nothing missed: nothing said again
 
 
 def test_a_write_that_fails_for_another_reason_is_raised_not_kept(writer):
@@ -141,7 +143,7 @@ def test_a_write_that_fails_for_another_reason_is_raised_not_kept(writer):
         raise MlflowException("INVALID_PARAMETER_VALUE: metric value is not a number")
 
     with pytest.raises(MlflowException, match="INVALID_PARAMETER_VALUE"):
-        writer._guarded(bad, "epoch 1")
+        writer.guarded(bad, "epoch 1")
     assert writer.missed == [] and writer.said == []
 
 
@@ -158,9 +160,8 @@ def test_a_line_goes_through_the_sweeps_reporter_when_one_shows(capsys):
 
 
 def test_epochs_no_later_result_would_write_are_written_within_flush_s(tmp_path, monkeypatch):
-    """A slow epoch's metrics, or those of trials that all wait: written from Tune's loop
-    (``on_step_end``) once ``FLUSH_S`` old, not held until the next result comes."""
-    from concurrent.futures import ThreadPoolExecutor
+    """A slow epoch's metrics, or those of trials that all wait: written by the writer's own
+    clock (``tick``, between events) once ``FLUSH_S`` old, not held until the next result."""
 
     class Queued(_Record):
         def __init__(self):
@@ -170,20 +171,16 @@ def test_epochs_no_later_result_would_write_are_written_within_flush_s(tmp_path,
         def flush(self):
             self.pending, self.flushed_at, self.flushes = {}, time.monotonic(), self.flushes + 1
 
-    trials = MlflowTrials(sweep=None, folder=SweepFolder(tmp_path))
-    trials.record, trials.writer = Queued(), ThreadPoolExecutor(max_workers=1)
-    monkeypatch.setattr(callbacks, "FLUSH_S", 0.3)
-    try:
-        trials.on_step_end(1, [])  # queued just now: not yet
-        trials._raise_failed(wait=True)
-        assert trials.record.flushes == 0
-        time.sleep(0.35)
-        for step in range(2, 50):  # Tune's loop steps often; one flush is due, and made once
-            trials.on_step_end(step, [])
-        trials._raise_failed(wait=True)
-        assert trials.record.flushes == 1 and trials.record.pending == {}
-    finally:
-        trials.writer.shutdown(wait=True)
+    monkeypatch.setattr(writer_module, "FLUSH_S", 0.3)
+    trials = MlflowWriter(sweep=None, folder=SweepFolder(tmp_path))
+    trials.record = Queued()
+    trials.tick()  # queued just now: not yet
+    assert trials.record.flushes == 0
+    assert 0.05 <= trials.wait_s() <= 0.3  # the writer waits for events no longer than the next flush is due
+    time.sleep(0.35)
+    for _ in range(50):  # ticks come often; one flush is due, and made once
+        trials.tick()
+    assert trials.record.flushes == 1 and trials.record.pending == {}
 
 
 def test_a_callback_that_an_earlier_tuner_pickled_comes_back_with_the_fields_added_since(tmp_path):
@@ -192,7 +189,6 @@ def test_a_callback_that_an_earlier_tuner_pickled_comes_back_with_the_fields_add
     earlier_state = {"sweep": None, "paths": SweepFolder(tmp_path), "record": None, "writer": None, "writes": []}
     restored = MlflowTrials.__new__(MlflowTrials)
     restored.__setstate__(earlier_state)  # what unpickling that sweep's tuner.pkl does
-    assert restored.missed == [] and restored.away_since is None and restored.next_flush == 0.0
-    assert restored.folder == SweepFolder(tmp_path)
+    assert restored.folder == SweepFolder(tmp_path) and restored.writer is None
     again = pickle.loads(pickle.dumps(restored))
-    assert again.folder == SweepFolder(tmp_path) and again.missed == [] and again.record is None
+    assert again.folder == SweepFolder(tmp_path) and again.writer is None

@@ -216,6 +216,12 @@ def storage_error(path: Path | str, error: BaseException | str) -> StorageError:
     return failure
 
 
+def note_failed_write(failure: StorageError) -> None:
+    """A refused write met elsewhere (the MLflow writer's process), noted for ``failed_write``."""
+    if (noted := _FAILED_WRITES.get()) is not None:
+        noted.append(failure)
+
+
 def failed_write(error: BaseException | str, where: Path | str = "the output folder") -> StorageError | None:
     """The write failure behind ``error`` (a stopped fit, a failed export), if there is one;
     ``where`` names the place when the error itself does not. (Tune gives a trial's error as

@@ -1,4 +1,4 @@
-"""The Tune callbacks that record a sweep outside its folder: MLflow (one writer thread,
+"""The Tune callbacks that record a sweep outside its folder: MLflow (one writer process,
 in event order) and TensorBoard (event files written in place).
 
 Tune pickles its callbacks with the experiment, and a resumed sweep gets them back from
@@ -8,11 +8,9 @@ Tune sets it up.
 
 from __future__ import annotations
 
-import contextvars
 import os
+import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ray.tune import Callback
@@ -23,153 +21,49 @@ from tensorboardX.event_file_writer import EventsWriter
 from tensorboardX.record_writer import directory_check
 from tensorboardX.writer import FileWriter
 
-from tuner.console import say
 from tuner.folder import records, store
 from tuner.folder.store import SweepFolder
 from tuner.search.define_by_run import RETURNED
 from tuner.sweepfile.schema import SweepConfig
-from tuner.tracking import mlflow_model
-from tuner.tracking.mlflow_outage import answers, fail_fast_over_http, unreachable
-from tuner.tracking.mlflow_runs import FLUSH_S, SweepRecord, tracking_uri
+from tuner.tracking import mlflow_model, writer
+from tuner.tracking.mlflow_runs import FLUSH_S, _plain, tracking_uri
+from tuner.tracking.writer import WriterProcess
 
 
 class MlflowTrials(Callback):
     """A Tune callback that mirrors trial events into the sweep's MLflow record.
 
-    Every MLflow write happens on one writer thread, in the order of the events, so that
-    Tune's loop (which every trial waits on: a trial's report returns only once the driver
-    has handled it) never waits for sqlite: at 1,000 trials the writes took 49 s of the
-    driver's time. The store is opened there too, while Tune starts the first trials. A
-    write that failed is raised at the next event, and at the sweep's end, which waits for
-    every write.
+    Every MLflow write happens in a writer process of the sweep's own
+    (tuner/tracking/writer.py), in the order of the events, so that Tune's loop (which every
+    trial waits on: a trial's report returns only once the driver has handled it) never
+    waits for sqlite, nor for the GIL while SQLAlchemy holds it. A write that failed is
+    raised at the next event, and at the sweep's end, which waits for every write.
 
     It holds only the config and folder (it is pickled with the experiment, for
-    resume) and opens the record in ``setup``, which Tune calls on every (re)start.
+    resume) and starts its writer in ``setup``, which Tune calls on every (re)start.
     """
-
-    PROBE_S = 5.0  # while the tracking server is away: how often the writer asks again
 
     def __init__(self, sweep: SweepConfig, folder: SweepFolder) -> None:
         self.sweep, self.folder = sweep, folder
-        self.record: SweepRecord | None = None
-        self.writer: ThreadPoolExecutor | None = None
-        self.writes: list[Future] = []
-        self.missed: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []  # held while MLflow is away
-        self.away_since: float | None = None
-        self.next_probe = self.next_flush = 0.0
+        self.writer: WriterProcess | None = None
 
     def setup(self, **info: Any) -> None:
-        fail_fast_over_http(self._uri())
-        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-mlflow")
-        self._then(self._open)
-
-    def _uri(self) -> str:
-        return (
-            self.record.uri
-            if self.record
-            else records.read_mlflow_state(self._folder()).get("tracking_uri") or tracking_uri(self.sweep)
-        )
-
-    def _folder(self) -> SweepFolder:
-        return store.current(self.folder)
-
-    def _open(self) -> None:
-        self.record = SweepRecord(self.sweep, self._folder())
-        self.record.backfill(records.trial_histories(self._folder()))
-        records.mlflow_caught_up(self._folder())  # what an earlier run could not write is written now
-        mlflow_model.scan_installed_packages()  # while the first trials start, not at the export
-
-    def _then(self, write: Callable[..., Any], *args: Any) -> None:
-        """Queue a write after the others; first raise any that failed."""
-        self._raise_failed(wait=False)
-        # In a copy of this context: the folder being written now, the refused writes.
-        self.writes.append(self.writer.submit(contextvars.copy_context().run, self._guarded, write, *args))
-
-    # --- a tracking server that goes away -----------------------------------------------------
-    # The history holds every epoch whatever MLflow does, so the sweep never waits for it: a
-    # write that finds the server away is kept, in order, with every one after it; the
-    # writer asks again every PROBE_S, then writes what was kept and fills the gaps from the
-    # history (a flush cut short drops its epochs: backfill). Each is said once.
-    def _guarded(self, write: Callable[..., Any], *args: Any) -> None:
-        if self.missed:  # away: keep the order
-            self.missed.append((write, args))
-            return
-        tried_at = time.monotonic()
-        try:
-            write(*args)
-        except Exception as error:
-            if (why := unreachable(error)) is None:
-                raise
-            self.missed.append((write, args))
-            self._went_away(why, tried_at)
-
-    def _went_away(self, why: str, since: float) -> None:
-        self.away_since = since  # away from the failed write's start: a hung server took 35 s to fail it
-        self.next_probe = time.monotonic() + self.PROBE_S
-        records.note_mlflow_behind(self._folder(), f"MLflow at {self._uri()} was unreachable ({why})")
-        say(
-            f"MLflow at {self._uri()} is unreachable ({why}); the sweep goes on, its records kept in the history "
-            "until MLflow is back"
-        )
-
-    def _probe(self) -> bool:
-        """(Writer thread.) Whether MLflow answers again; if so, write what it missed."""
-        if not self.missed:
-            return True
-        try:
-            if not answers(self._uri()):
-                return False
-            if self.record is not None:  # first the epochs a flush cut short dropped, in order
-                self.record.backfill(records.trial_histories(self._folder()))
-            missed, self.missed = self.missed, []
-            for done, (write, args) in enumerate(missed):  # then the rest (a repeated epoch is skipped)
-                try:
-                    write(*args)
-                except Exception as error:
-                    if unreachable(error) is None:
-                        raise
-                    self.missed = missed[done:]
-                    return False
-        except Exception as error:
-            if unreachable(error) is None:
-                raise
-            return False
-        away = time.monotonic() - (self.away_since or time.monotonic())
-        records.mlflow_caught_up(self._folder())
-        say(f"MLflow at {self._uri()} is back after {away:.0f} s; what it missed is written")
-        self.away_since = None
-        return True
+        folder = store.current(self.folder)
+        uri = records.read_mlflow_state(folder).get("tracking_uri") or tracking_uri(self.sweep)
+        self.writer = writer.start(self.sweep, folder, uri)
+        # The export logs the model from this process: MLflow's scan of the installed
+        # packages is made now, while the first trials start, not then.
+        threading.Thread(target=mlflow_model.scan_installed_packages, name="tuner-mlflow-scan", daemon=True).start()
 
     def on_step_end(self, iteration, trials, **info):
-        now = time.monotonic()
-        if self.missed:  # (read across threads: a late probe is harmless)
-            if now >= self.next_probe:
-                self.next_probe = now + self.PROBE_S
-                self.writes.append(self.writer.submit(contextvars.copy_context().run, self._probe))
-        elif now >= self.next_flush:
-            self.next_flush = now + FLUSH_S
-            self._then(self._flush_due)
-
-    def _flush_due(self) -> None:
-        """Epochs queued ``FLUSH_S`` ago or more, written though no result has come since to
-        write them with: a slow epoch's, or those of trials that all wait (a server that went
-        away meanwhile is noticed then too, not at the next result)."""
-        if self.record is not None and self.record.pending and time.monotonic() - self.record.flushed_at >= FLUSH_S:
-            self.record.flush()
-
-    def _raise_failed(self, wait: bool) -> None:
-        done = [w for w in self.writes if wait or w.done()]
-        self.writes = [w for w in self.writes if w not in done]
-        for write in done:
-            write.result()
+        self.writer.check()  # the writer's lines shown, a failed write raised, between events too
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self._then(lambda *args: self.record.trial_run(*args), trial.trial_id, dict(trial.config))
+        self.writer.send("trial_start", trial.trial_id, _values(trial.config))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        # A copy, taken here: Tune goes on adding to the result while the writer thread logs it
-        # ("dictionary changed size during iteration", seen in benchmarks/search_quality.py).
-        self._then(lambda *args: self.record.log_result(*args), trial.trial_id, dict(trial.config), dict(result))
+        reported = {k: result[k] for k in ("training_iteration", *records.trial_metrics(result)) if k in result}
+        self.writer.send("result", trial.trial_id, _values(trial.config), reported)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._end(trial, _status(trial, self.sweep.max_epochs, ended=True))
@@ -182,49 +76,34 @@ class MlflowTrials(Callback):
         """A trial the stall watchdog stopped (tuner/driver/stalls.py): its run says so and why."""
         reason = records.stall_reasons(records.read_timeline(store.current(self.folder))).get(trial.trial_id)
         if reason:
-            tag = lambda trial_id, config: self.record.client.set_tag(
-                self.record.trial_run(trial_id, config), "tuner.stalled", reason
-            )
-            self._then(tag, trial.trial_id, dict(trial.config))
+            self.writer.send("stalled", trial.trial_id, _values(trial.config), reason)
 
     def _end(self, trial: Any, status: str) -> None:
-        self._then(lambda *args: self.record.end_trial(*args), trial.trial_id, dict(trial.config), status)
+        self.writer.send("end", trial.trial_id, _values(trial.config), status)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         self._tag_stall(trial)
-        self._then(self._retrying, trial.trial_id, dict(trial.config))
-
-    def _retrying(self, trial_id: str, config: dict[str, Any]) -> None:
-        self.record.flush()
-        self.record.client.set_tag(self.record.trial_run(trial_id, config), "tuner.status", "retrying")
+        self.writer.send("retrying", trial.trial_id, _values(trial.config))
 
     def on_experiment_end(self, trials, **info):  # finished, failed or interrupted
-        # Trials that ended while MLflow was away, in an earlier run of this sweep, have no run
-        # yet: made now, with the epochs the history has for them.
-        ended = [(t.trial_id, dict(t.config), _status(t, self.sweep.max_epochs)) for t in trials]
-        self._then(self._every_trial_recorded, ended)
-        self._then(lambda: self.record.flush(save=True))
+        ended = [(t.trial_id, _values(t.config), _status(t, self.sweep.max_epochs)) for t in trials]
         try:
-            self._raise_failed(wait=True)
-            if self.missed:  # one last time; still away, the folder's mlflow.behind stays, and the
-                # driver says after the export how its records get written (tuner.driver.sweep)
-                self.writer.submit(contextvars.copy_context().run, self._probe).result()
+            self.writer.send("experiment_end", ended)
         finally:
-            self.writer.shutdown(wait=True)
+            self.writer.close()
 
-    def _every_trial_recorded(self, ended: list[tuple[str, dict[str, Any], str | None]]) -> None:
-        for trial_id, config, status in ended:
-            if status is not None and trial_id not in self.record.trials:
-                self.record.trial_run(trial_id, config)
-                self.record.end_trial(trial_id, config, status)
-
-    def __getstate__(self) -> dict[str, Any]:  # the rest is made anew, and reopened in setup()
+    def __getstate__(self) -> dict[str, Any]:  # the rest is made anew, in setup()
         return {"sweep": self.sweep, "folder": self.folder}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # Only these two: a sweep that an earlier tuner pickled lacks the fields added since
-        # (the writes kept while the server was away, the next probe, the next flush).
+        # Only these two: a sweep that an earlier tuner pickled has the fields of its time.
         self.__init__(state["sweep"], state["folder"] if "folder" in state else state["paths"])  # before issue 40
+
+
+def _values(config: dict[str, Any]) -> dict[str, str]:
+    """A trial's values as its MLflow run's params take them: text (so that whatever a
+    config holds crosses to the writer)."""
+    return {str(name): str(_plain(value)) for name, value in config.items()}
 
 
 def _status(trial: Any, max_epochs: int, ended: bool = False) -> str | None:

@@ -1,0 +1,106 @@
+"""The MLflow writer's process (tuner/tracking/writer.py), driven as the sweep's Tune callback
+drives it, without Ray: a real child process, a real sqlite store. What it writes, what
+comes back to the driver, and what happens when the writer or the driver dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tuner import console
+from tuner.errors import TunerError
+from tuner.folder import records
+from tuner.folder.store import SweepFolder
+from tuner.sweepfile.schema import SweepConfig
+from tuner.tracking import writer
+from tuner.tracking.mlflow_runs import tracking_uri
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def sweep_in(tmp_path):
+    """A sweep config and its folder, the lines the writer says collected."""
+    sweep = SweepConfig.model_validate({"name": "writer", "output_dir": str(tmp_path / "runs")})
+    folder = SweepFolder(tmp_path / "runs" / "writer")
+    (folder.root / "tune").mkdir(parents=True)
+    folder.history.mkdir()
+    said: list[str] = []
+    token = console.SAYING.set(said.append)
+    yield sweep, folder, said
+    console.SAYING.reset(token)
+
+
+def _epochs(sweep: SweepConfig, trial_id: str) -> list[tuple[int, float]]:
+    client = MlflowClient(tracking_uri(sweep))
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name(sweep.name).experiment_id], f"tags.tuner.trial_id = '{trial_id}'"
+    )
+    return sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "val_accuracy")), run
+
+
+def _report(process: writer.WriterProcess, folder: SweepFolder, trial_id: str, epoch: int, accuracy: float) -> None:
+    result = {"trial_id": trial_id, "training_iteration": epoch, "val_accuracy": accuracy}
+    records.append_history(folder, trial_id, result)  # as the driver's records do, first
+    process.send("result", trial_id, {"lr": "0.001"}, result)
+
+
+def test_events_are_written_in_order_and_a_failed_write_is_raised_in_the_driver(sweep_in):
+    sweep, folder, said = sweep_in
+    process = writer.start(sweep, folder, tracking_uri(sweep))
+    process.send("trial_start", "t_00000", {"lr": "0.001"})
+    for epoch, accuracy in ((1, 0.5), (2, 0.6), (3, 0.7)):
+        _report(process, folder, "t_00000", epoch, accuracy)
+    process.send("end", "t_00000", {"lr": "0.001"}, "finished")
+    process.send("experiment_end", [("t_00000", {"lr": "0.001"}, "finished")])
+    process.send("no such event")  # a bug of ours: raised in the driver, the records kept
+    with pytest.raises(TunerError, match="an event it does not know: 'no such event'"):
+        process.close()
+    assert process.process.returncode == 0 and process.cpu_s > 0
+
+    epochs, run = _epochs(sweep, "t_00000")
+    assert epochs == [(1, 0.5), (2, 0.6), (3, 0.7)]
+    assert run.info.status == "FINISHED" and run.data.tags["tuner.status"] == "finished"
+    assert run.data.params == {"lr": "0.001"}
+    assert said == [] and records.mlflow_behind(folder) is None
+
+
+def test_a_writer_that_dies_leaves_the_sweep_going_and_its_records_to_resume(sweep_in):
+    sweep, folder, said = sweep_in
+    process = writer.start(sweep, folder, tracking_uri(sweep))
+    process.send("trial_start", "t_00000", {"lr": "0.001"})
+    os.kill(process.process.pid, signal.SIGKILL)  # the kernel's OOM killer, say
+    process.process.wait()
+    for epoch in range(1, 4):  # the sweep goes on: no event raises
+        _report(process, folder, "t_00000", epoch, epoch / 10)
+    process.send("end", "t_00000", {"lr": "0.001"}, "finished")
+    process.close()
+    assert said == ["MLflow's writer process exited (code -9); the sweep goes on, its records kept in the history"]
+    assert records.mlflow_behind(folder) == "MLflow's writer process exited (code -9)"
+
+    # what a resume does: a new writer writes what the history holds
+    again = writer.start(sweep, folder, tracking_uri(sweep))
+    again.send("experiment_end", [("t_00000", {"lr": "0.001"}, "finished")])
+    again.close()
+    assert _epochs(sweep, "t_00000")[0] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert records.mlflow_behind(folder) is None
+
+
+def test_a_killed_driver_leaves_no_writer_and_what_it_held_is_written(sweep_in):
+    """SIGINT and SIGTERM are the driver's to act on; the socket closing is the writer's
+    signal that the driver is gone: it writes the epochs it still held, and exits."""
+    sweep, folder, _ = sweep_in
+    process = writer.start(sweep, folder, tracking_uri(sweep))
+    process.send("trial_start", "t_00000", {"lr": "0.001"})
+    _report(process, folder, "t_00000", 1, 0.5)  # queued: written within FLUSH_S, or at the end
+    for stop in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or a stop sent to the whole group
+        os.kill(process.process.pid, stop)
+    time.sleep(0.5)
+    assert process.process.poll() is None
+    process.connection.close()  # the driver's end of the socket, as its death closes it
+    assert process.process.wait(timeout=30) == 0
+    assert _epochs(sweep, "t_00000")[0] == [(1, 0.5)]

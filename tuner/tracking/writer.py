@@ -1,0 +1,384 @@
+"""A sweep's MLflow writes, in a process of their own.
+
+The driver's Tune loop handles every trial's report (a trial waits for it), and MLflow's
+writes are SQLAlchemy's Python: on a thread of the driver they held the GIL that loop
+needs (a third of the driver's samples at 300 short trials, profiled). So they run in a
+child process, ``python -m tuner.tracking.writer``, fed in event order through a socket:
+
+- the driver sends each event (a trial started, reported, ended; the sweep ended) as one
+  pickled message and never waits for a write; the child's reader keeps up to ``QUEUED``
+  of them, and past that the socket's buffer fills and the driver waits (a bounded queue);
+- the child owns the sweep's MLflow record (tuner/tracking/mlflow_runs.py): it opens the
+  store, flushes the epochs due every ``FLUSH_S`` on its own clock, keeps the writes
+  while a tracking server is away and asks again every ``PROBE_S``;
+- what it has to tell the driver comes back on the same socket: lines to show, and a
+  write that failed, which the driver raises at its next event (a full disk among them,
+  noted for the driver's one line);
+- it ignores SIGINT and SIGTERM (the driver decides when a sweep stops, and then sends
+  the end), and when its socket closes without an end (the driver was killed) it writes
+  what it holds and exits: nothing outlives the driver, and what it could not write is
+  in the history, which a resume writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import queue
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from tuner.console import SAYING, say
+from tuner.errors import TunerError
+from tuner.folder import records, store
+from tuner.folder.store import SweepFolder
+from tuner.tracking.mlflow_outage import answers, fail_fast_over_http, unreachable
+from tuner.tracking.mlflow_runs import FLUSH_S
+
+QUEUED = 100_000  # events the writer holds before the driver waits for it
+CLOSE, LOST = "close", "lost"  # the driver's end; the driver gone without one
+
+
+class MlflowWriter:
+    """The writer's side (in the child process): the sweep's record, written in event order,
+    and a tracking server that goes away.
+
+    The history holds every epoch whatever MLflow does, so the sweep never waits for it: a
+    write that finds the server away is kept, in order, with every one after it; the
+    writer asks again every ``PROBE_S``, then writes what was kept and fills the gaps from
+    the history (a flush cut short drops its epochs: backfill). Each is said once."""
+
+    PROBE_S = 5.0  # while the tracking server is away: how often the writer asks again
+
+    def __init__(self, sweep: Any, folder: SweepFolder) -> None:
+        self.sweep, self.folder = sweep, folder
+        self.record: Any = None
+        self.missed: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []  # held while MLflow is away
+        self.away_since: float | None = None
+        self.next_probe = self.next_flush = 0.0
+
+    def _uri(self) -> str:
+        from tuner.tracking.mlflow_runs import tracking_uri
+
+        return (
+            self.record.uri
+            if self.record
+            else records.read_mlflow_state(self.folder).get("tracking_uri") or tracking_uri(self.sweep)
+        )
+
+    # --- the events, by name (what the driver's callback sends) -----------------------------
+    def open(self) -> None:
+        from tuner.tracking.mlflow_runs import SweepRecord
+
+        self.record = SweepRecord(self.sweep, self.folder)
+        self.record.backfill(records.trial_histories(self.folder))
+        records.mlflow_caught_up(self.folder)  # what an earlier run could not write is written now
+
+    def trial_start(self, trial_id: str, config: dict[str, Any]) -> None:
+        self.record.trial_run(trial_id, config)
+
+    def result(self, trial_id: str, config: dict[str, Any], result: dict[str, Any]) -> None:
+        self.record.log_result(trial_id, config, result)
+
+    def end(self, trial_id: str, config: dict[str, Any], status: str) -> None:
+        self.record.end_trial(trial_id, config, status)
+
+    def stalled(self, trial_id: str, config: dict[str, Any], reason: str) -> None:
+        self.record.client.set_tag(self.record.trial_run(trial_id, config), "tuner.stalled", reason)
+
+    def retrying(self, trial_id: str, config: dict[str, Any]) -> None:
+        self.record.flush()
+        self.record.client.set_tag(self.record.trial_run(trial_id, config), "tuner.status", "retrying")
+
+    def experiment_end(self, ended: list[tuple[str, dict[str, Any], str | None]]) -> None:
+        """Trials that ended while MLflow was away, in an earlier run of this sweep, have no run
+        yet: made now, with the epochs the history has for them; then everything flushed."""
+        for trial_id, config, status in ended:
+            if status is not None and trial_id not in self.record.trials:
+                self.record.trial_run(trial_id, config)
+                self.record.end_trial(trial_id, config, status)
+        self.record.flush(save=True)
+
+    def last_call(self) -> None:
+        """The sweep ended: one last try if the server was away (still away, the folder's
+        mlflow.behind stays, and the driver says after the export how its records get written)."""
+        if self.missed:
+            self.probe()
+
+    EVENTS = ("open", "trial_start", "result", "end", "stalled", "retrying", "experiment_end")
+
+    def handle(self, event: str, args: tuple[Any, ...]) -> None:
+        if event not in self.EVENTS:
+            raise TunerError(f"the MLflow writer got an event it does not know: {event!r}")
+        self.guarded(getattr(self, event), *args)
+
+    # --- a tracking server that goes away -----------------------------------------------------
+    def guarded(self, write: Callable[..., Any], *args: Any) -> None:
+        if self.missed:  # away: keep the order
+            self.missed.append((write, args))
+            return
+        tried_at = time.monotonic()
+        try:
+            write(*args)
+        except Exception as error:
+            if (why := unreachable(error)) is None:
+                raise
+            self.missed.append((write, args))
+            self._went_away(why, tried_at)
+
+    def _went_away(self, why: str, since: float) -> None:
+        self.away_since = since  # away from the failed write's start: a hung server took 35 s to fail it
+        self.next_probe = time.monotonic() + self.PROBE_S
+        records.note_mlflow_behind(self.folder, f"MLflow at {self._uri()} was unreachable ({why})")
+        say(
+            f"MLflow at {self._uri()} is unreachable ({why}); the sweep goes on, its records kept in the history "
+            "until MLflow is back"
+        )
+
+    def probe(self) -> bool:
+        """Whether MLflow answers again; if so, write what it missed."""
+        if not self.missed:
+            return True
+        try:
+            if not answers(self._uri()):
+                return False
+            if self.record is not None:  # first the epochs a flush cut short dropped, in order
+                self.record.backfill(records.trial_histories(self.folder))
+            missed, self.missed = self.missed, []
+            for done, (write, args) in enumerate(missed):  # then the rest (a repeated epoch is skipped)
+                try:
+                    write(*args)
+                except Exception as error:
+                    if unreachable(error) is None:
+                        raise
+                    self.missed = missed[done:]
+                    return False
+        except Exception as error:
+            if unreachable(error) is None:
+                raise
+            return False
+        away = time.monotonic() - (self.away_since or time.monotonic())
+        records.mlflow_caught_up(self.folder)
+        say(f"MLflow at {self._uri()} is back after {away:.0f} s; what it missed is written")
+        self.away_since = None
+        return True
+
+    # --- the writer's own clock -----------------------------------------------------------------
+    def tick(self) -> None:
+        """Between events: ask a server that was away again every ``PROBE_S``; else write the
+        epochs queued ``FLUSH_S`` ago or more, though no result has come since to write them
+        with (a slow epoch's, or those of trials that all wait)."""
+        now = time.monotonic()
+        if self.missed:
+            if now >= self.next_probe:
+                self.next_probe = now + self.PROBE_S
+                self.probe()
+        elif now >= self.next_flush:
+            self.next_flush = now + FLUSH_S
+            record = self.record
+            if record is not None and record.pending and now - record.flushed_at >= FLUSH_S:
+                self.guarded(record.flush)
+
+    def wait_s(self) -> float:
+        """How long the next event may be waited for before ``tick`` is due."""
+        due = self.next_probe if self.missed else self.next_flush
+        return min(max(due - time.monotonic(), 0.05), FLUSH_S)
+
+    def flush_what_is_held(self) -> None:
+        """The driver is gone (killed): write what this writer holds, for the resume to build on."""
+        if self.record is not None and not self.missed:
+            with contextlib.suppress(Exception):
+                self.record.flush(save=True)
+
+
+# --- the child process ------------------------------------------------------------------------
+
+
+def main(fd: int) -> None:
+    for stop in (signal.SIGINT, signal.SIGTERM):  # the driver stops the sweep, then sends the end
+        signal.signal(stop, signal.SIG_IGN)
+    connection = Connection(fd)
+    sending = threading.Lock()
+
+    def tell(kind: str, payload: Any = None) -> None:
+        with sending, contextlib.suppress(OSError):
+            connection.send((kind, payload))
+
+    sweep, folder = connection.recv()
+    inbox: queue.Queue = queue.Queue(maxsize=QUEUED)
+
+    def read() -> None:  # the socket's messages into the inbox, so that the driver's sends seldom wait
+        while True:
+            try:
+                inbox.put(connection.recv())
+            except (EOFError, OSError):
+                inbox.put((LOST, ()))
+                return
+
+    threading.Thread(target=read, name="tuner-mlflow-reader", daemon=True).start()
+    writer = MlflowWriter(sweep, folder)
+    SAYING.set(lambda line: tell("say", line))
+    with store.writing_records_to(folder):
+        while True:
+            try:
+                event, args = inbox.get(timeout=writer.wait_s())
+            except queue.Empty:
+                event, args = "", ()
+            try:
+                if event == LOST:
+                    writer.flush_what_is_held()
+                    return
+                if event == CLOSE:
+                    writer.last_call()
+                    tell("closed")
+                    return
+                if event:
+                    writer.handle(event, args)
+                writer.tick()
+            except Exception as error:  # raised in the driver at its next event
+                tell("error", _sendable(error))
+
+
+def _sendable(error: BaseException) -> BaseException:
+    """``error`` if it pickles and comes back whole, else a TunerError with its text."""
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:
+        return TunerError(f"{type(error).__name__}: {error}")
+
+
+# --- the driver's side ------------------------------------------------------------------------
+
+
+class WriterProcess:
+    """The driver's handle on its MLflow writer: events out, lines and failures back.
+
+    A writer that dies (killed, out of memory) does not stop the sweep: like a tracking
+    server that went away, the folder notes MLflow as behind, the sweep goes on with its
+    history, and a resume writes what MLflow lacks."""
+
+    def __init__(self, sweep: Any, folder: SweepFolder) -> None:
+        self.folder = folder
+        mine, theirs = socket.socketpair()
+        package_root = str(Path(__file__).resolve().parents[2])  # tuner importable however the driver found it
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))}
+        # Ignoring SIGINT and SIGTERM from its first instruction (an ignored signal stays
+        # ignored across exec, and Python keeps it so): a Ctrl-C while it imports must not
+        # kill it. It stays in the driver's process group, so a SIGKILL to the group ends it.
+        command = f"trap '' INT TERM; exec {shlex.quote(sys.executable)} -m tuner.tracking.writer {theirs.fileno()}"
+        self.process = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        theirs.close()
+        self.connection = Connection(mine.detach())
+        self.closed = self.gone = False
+        self.cpu_s: float | None = None
+        self._send((sweep, folder))
+        self.send("open")
+
+    def send(self, event: str, *args: Any) -> None:
+        self.check()
+        self._send((event, args))
+
+    def _send(self, message: Any) -> None:
+        if self.gone:
+            return
+        try:
+            self.connection.send(message)
+        except OSError:
+            self._went()
+
+    def check(self) -> None:
+        """Show the writer's lines; raise the first write it says failed."""
+        while not (self.closed or self.gone) and self._poll(0):
+            self._take()
+
+    def _poll(self, timeout: float) -> bool:
+        try:
+            return self.connection.poll(timeout)
+        except (EOFError, OSError):
+            self._went()
+            return False
+
+    def _take(self) -> None:
+        try:
+            kind, payload = self.connection.recv()
+        except (EOFError, OSError):
+            self._went()
+            return
+        if kind == "say":
+            say(payload)
+        elif kind == "closed":
+            self.closed = True
+        elif kind == "error":
+            if isinstance(payload, store.StorageError):
+                store.note_failed_write(payload)
+            raise payload
+
+    def _went(self) -> None:
+        """The writer is gone without being told to go: said once, noted for the resume."""
+        if self.gone or self.closed:
+            return
+        self.gone = True
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+        why = f"MLflow's writer process exited (code {self.process.poll()})"
+        records.note_mlflow_behind(self.folder, why)
+        say(f"{why}; the sweep goes on, its records kept in the history")
+
+    def close(self) -> None:
+        """Send the end and wait until everything is written (or the writer is gone); then
+        raise the first write that failed, if one did."""
+        failed: BaseException | None = None
+        try:
+            self._send((CLOSE, ()))
+            while not (self.closed or self.gone):
+                if self._poll(0.2):
+                    try:
+                        self._take()
+                    except Exception as error:
+                        failed = failed or error
+                elif self.process.poll() is not None and not self._poll(0):
+                    self._went()
+        finally:
+            self.connection.close()
+            self._reap()
+        if failed is not None:
+            raise failed
+
+    def _reap(self, timeout_s: float = 10.0) -> None:
+        """Wait for the writer to exit, keeping the CPU it used (``cpu_s``: benchmarks/)."""
+        deadline = time.monotonic() + timeout_s
+        while self.process.returncode is None and time.monotonic() < deadline:
+            try:
+                pid, status, usage = os.wait4(self.process.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere
+                return
+            if pid == 0:
+                time.sleep(0.02)
+                continue
+            self.process.returncode = os.waitstatus_to_exitcode(status)
+            self.cpu_s = usage.ru_utime + usage.ru_stime
+
+
+def start(sweep: Any, folder: SweepFolder, uri: str) -> WriterProcess:
+    fail_fast_over_http(uri)  # (in the environment the writer inherits)
+    return WriterProcess(sweep, folder)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
