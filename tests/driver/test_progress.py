@@ -206,6 +206,23 @@ def test_after_ctrl_c_the_time_left_counts_the_interrupted_and_pending_trials_ep
     assert re.search(r"\| 1 interrupted \| \d+s, at most ~(20|21)s left$", line), line
 
 
+def test_a_trial_is_seen_unended_where_it_first_appears_or_starts_and_only_then():
+    """observe() looks only at the trials Tune added since its last look; what it finds is
+    what a full look would find: an interrupted trial is one seen unended."""
+    progress = _progress()
+    a, b = _trial("a_00000", 0.01), _trial("b_00000", 0.02, "PENDING")
+    progress.observe([a, b])
+    assert progress.unended == {"a_00000", "b_00000"}
+    c = _trial("c_00000", 0.03, "TERMINATED", 3, 0.9)  # ended before any look: never unended
+    a.status = "TERMINATED"
+    progress.observe([a, b, c])
+    progress.observe([a, b, c])
+    assert progress.unended == {"a_00000", "b_00000"}
+    reporter = Reporter(progress, stream=io.StringIO(), live=False)
+    reporter.started([a, b, c], c)  # started again (a paused trial resumed): unended once more
+    assert progress.unended == {"a_00000", "b_00000", "c_00000"}
+
+
 def test_a_fast_sweep_stopped_with_trials_to_run_never_shows_0s_left():
     progress = _progress()
     a = _trial("a_00000", 0.002, "TERMINATED", 1, 0.9)
@@ -218,8 +235,8 @@ def test_a_fast_sweep_stopped_with_trials_to_run_never_shows_0s_left():
 
 @pytest.mark.parametrize("live", [False, True])
 def test_a_line_said_below_the_driver_from_another_thread_goes_through_the_reporter(live):
-    """As the MLflow writer says its server went away: in a copy of the callback's context,
-    on its own thread; stamped off a terminal, above the view on one; printed with none."""
+    """A line from a thread below the driver, in a copy of the callback's context (as the MLflow
+    writer's lines once were): stamped off a terminal, above the view on one; printed with none."""
     import contextvars
     from concurrent.futures import ThreadPoolExecutor
 

@@ -60,11 +60,20 @@ class Progress:
     # the sweep's constraints (tuner/folder/constraints.py): a trial missing them is never "best"
     constraints: tuple[Any, ...] = ()
     constrained_values: dict[str, dict[str, float]] = field(default_factory=dict)  # trial -> metric -> last
+    _looked_at: int = 0  # how many of Tune's trials observe() has looked at
 
     # --- events, from the Tune callback ---------------------------------------------------
     def observe(self, trials: list[Any]) -> None:
+        """Tune's trial list, at every event and every step of its loop. Tune only appends to
+        it, and a trial is seen unended where it first appears (pending) or at its start
+        (``started``): only the trials new since the last look are looked at, so a step
+        does not cost more the more trials the sweep has had (it did: 4% of the driver at
+        300 trials)."""
         self.trials = list(trials)
-        self.unended.update(t.trial_id for t in self.trials if t.status not in ENDED)
+        for trial in trials[self._looked_at :]:
+            if trial.status not in ENDED:
+                self.unended.add(trial.trial_id)
+        self._looked_at = len(trials)
         if self.best is not None and not self.best.config:  # seeded before the trials were known
             self.best.config = next((dict(t.config) for t in self.trials if t.trial_id == self.best.trial_id), {})
 
@@ -229,6 +238,7 @@ class Reporter:
     # --- Tune callback hooks (through driver.callbacks.ProgressCallback) --------------------------------------------
     def started(self, trials: list[Any], trial: Any) -> None:
         self.progress.observe(trials)
+        self.progress.unended.add(trial.trial_id)  # (a trial PBT or HyperBand paused, started again)
         if not self.live_mode:
             self.say(f"trial {trial.trial_id} started{self.progress.hyper(trial.config, ': {}')}")
 
