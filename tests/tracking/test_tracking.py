@@ -14,7 +14,7 @@ from integration_helpers import data_root, small_sweep
 
 from tuner.data.datasets import load_test_split
 from tuner.driver.sweep import run_sweep
-from tuner.folder.records import trial_histories
+from tuner.folder.records import NOT_METRICS, TRIAL_METRICS, trial_histories
 from tuner.sweepfile.schema import SweepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -213,6 +213,9 @@ def test_tensorboard_has_every_trials_scalars_and_hparams(finished):
         scalars = events.Tags()["scalars"]
         for metric in ("val_accuracy", "val_loss", "train_loss"):
             assert f"ray/tune/{metric}" in scalars
+        # the trial's metrics, as MLflow has them, and no bookkeeping (a clock, done, ...)
+        assert {f"ray/tune/{metric}" for metric in TRIAL_METRICS} <= set(scalars), scalars
+        assert not {f"ray/tune/{key}" for key in NOT_METRICS} & set(scalars), scalars
         steps = [e.step for e in events.Scalars("ray/tune/val_accuracy")]
         assert steps == list(range(1, len(steps) + 1))
         hparams = events.PluginTagToContent("hparams")
