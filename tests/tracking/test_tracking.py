@@ -16,6 +16,7 @@ from tuner.data.datasets import load_test_split
 from tuner.driver.sweep import run_sweep
 from tuner.folder.records import NOT_METRICS, TRIAL_METRICS, trial_histories
 from tuner.sweepfile.schema import SweepConfig
+from tuner.tracking import writer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -32,7 +33,9 @@ def finished(local_ray, tmp_path_factory):
             tracking={"mlflow": {"registered_model": "it_cnn"}},
         )
     )
-    return sweep, run_sweep(sweep)
+    with pytest.MonkeyPatch.context() as patch:  # MLflow's writes from a process, as a sweep of 100+ trials has them
+        patch.setattr(writer, "PROCESS_FROM", 1)
+        return sweep, run_sweep(sweep)
 
 
 @pytest.fixture(scope="module")

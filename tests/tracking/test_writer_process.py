@@ -23,8 +23,10 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def sweep_in(tmp_path):
-    """A sweep config and its folder, the lines the writer says collected."""
+def sweep_in(tmp_path, monkeypatch):
+    """A sweep config and its folder, the lines the writer says collected; its writes in a
+    process (a sweep of 10 trials would write from a thread)."""
+    monkeypatch.setattr(writer, "PROCESS_FROM", 1)
     sweep = SweepConfig.model_validate({"name": "writer", "output_dir": str(tmp_path / "runs")})
     folder = SweepFolder(tmp_path / "runs" / "writer")
     (folder.root / "tune").mkdir(parents=True)
@@ -51,7 +53,10 @@ def _report(process: writer.WriterProcess, folder: SweepFolder, trial_id: str, e
 
 def test_events_are_written_in_order_and_a_failed_write_is_raised_in_the_driver(sweep_in):
     sweep, folder, said = sweep_in
+    writer.start_ahead(sweep)  # as the sweep does before Ray starts; its callback takes this one
+    ahead = writer._AHEAD[0].process.pid
     process = writer.start(sweep, folder, tracking_uri(sweep))
+    assert process.process.pid == ahead and writer._AHEAD == []
     process.send("trial_start", "t_00000", {"lr": "0.001"})
     for epoch, accuracy in ((1, 0.5), (2, 0.6), (3, 0.7)):
         _report(process, folder, "t_00000", epoch, accuracy)
@@ -104,3 +109,33 @@ def test_a_killed_driver_leaves_no_writer_and_what_it_held_is_written(sweep_in):
     process.connection.close()  # the driver's end of the socket, as its death closes it
     assert process.process.wait(timeout=30) == 0
     assert _epochs(sweep, "t_00000")[0] == [(1, 0.5)]
+
+
+def test_a_writer_started_ahead_for_a_sweep_that_never_began_exits(sweep_in):
+    """A sweep refused after Ray started (before Tune set up its callbacks) takes no writer."""
+    writer.start_ahead(sweep_in[0])
+    (unused,) = writer._AHEAD
+    writer.drop_ahead()
+    assert writer._AHEAD == []
+    assert unused.process.wait(timeout=60) == 0
+
+
+def test_a_sweep_of_few_trials_writes_from_a_thread_by_the_same_rules(sweep_in, monkeypatch):
+    """Below ``PROCESS_FROM`` trials: no process to start; the same events, the same records,
+    a failed write raised the same way."""
+    sweep, folder, said = sweep_in
+    monkeypatch.setattr(writer, "PROCESS_FROM", 100)
+    writer.start_ahead(sweep)
+    assert writer._AHEAD == []
+    thread = writer.start(sweep, folder, tracking_uri(sweep))
+    assert isinstance(thread, writer.WriterThread)
+    thread.send("trial_start", "t_00000", {"lr": "0.001"})
+    for epoch, accuracy in ((1, 0.5), (2, 0.6)):
+        _report(thread, folder, "t_00000", epoch, accuracy)
+    thread.send("end", "t_00000", {"lr": "0.001"}, "finished")
+    thread.send("experiment_end", [("t_00000", {"lr": "0.001"}, "finished")])
+    thread.send("no such event")
+    with pytest.raises(TunerError, match="an event it does not know"):
+        thread.close()
+    epochs, run = _epochs(sweep, "t_00000")
+    assert epochs == [(1, 0.5), (2, 0.6)] and run.info.status == "FINISHED" and said == []

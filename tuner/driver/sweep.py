@@ -39,6 +39,7 @@ from tuner.folder.store import SweepFolder, SweepLock, release_unused, write_ato
 from tuner.invocation import tuner_command
 from tuner.search.registry import SCHEDULERS
 from tuner.sweepfile.schema import SweepConfig
+from tuner.tracking import writer as mlflow_writer
 
 if TYPE_CHECKING:
     from tuner.trial.session import TrialHooks
@@ -225,12 +226,17 @@ def _fit_and_export(run: Run) -> SweepOutcome:
     with warm_ray.lease() if warm else contextlib.nullcontext():  # the warm Ray stays up while this runs
         run.warm = warm.address if warm else None
         _import_ahead("torch")
-        started_ray = start_ray(run.warm or run.address, verbose=run.verbose)
+        if run.sweep.tracking.mlflow.enabled:
+            mlflow_writer.start_ahead(run.sweep)  # a writer process's imports while Ray starts
         try:
-            return _fit_and_export_on_ray(run)
+            started_ray = start_ray(run.warm or run.address, verbose=run.verbose)
+            try:
+                return _fit_and_export_on_ray(run)
+            finally:
+                if started_ray:
+                    stop_ray()
         finally:
-            if started_ray:
-                stop_ray()
+            mlflow_writer.drop_ahead()  # one no sweep took (refused before its trials)
 
 
 def _import_ahead(*modules: str) -> None:

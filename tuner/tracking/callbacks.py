@@ -1,5 +1,5 @@
-"""The Tune callbacks that record a sweep outside its folder: MLflow (one writer process,
-in event order) and TensorBoard (event files written in place).
+"""The Tune callbacks that record a sweep outside its folder: MLflow (one writer, a thread
+or a process, in event order) and TensorBoard (event files written in place).
 
 Tune pickles its callbacks with the experiment, and a resumed sweep gets them back from
 that pickle: each holds only the config and folder, and opens what it writes to when
@@ -28,17 +28,18 @@ from tuner.search.define_by_run import RETURNED
 from tuner.sweepfile.schema import SweepConfig
 from tuner.tracking import mlflow_model, writer
 from tuner.tracking.mlflow_runs import FLUSH_S, _plain, tracking_uri
-from tuner.tracking.writer import WriterProcess
+from tuner.tracking.writer import WriterProcess, WriterThread
 
 
 class MlflowTrials(Callback):
     """A Tune callback that mirrors trial events into the sweep's MLflow record.
 
-    Every MLflow write happens in a writer process of the sweep's own
-    (tuner/tracking/writer.py), in the order of the events, so that Tune's loop (which every
-    trial waits on: a trial's report returns only once the driver has handled it) never
-    waits for sqlite, nor for the GIL while SQLAlchemy holds it. A write that failed is
-    raised at the next event, and at the sweep's end, which waits for every write.
+    Every MLflow write happens in the sweep's writer (tuner/tracking/writer.py: a thread of
+    the driver for a sweep of few trials, a process of its own for many), in the order of
+    the events, so that Tune's loop (which every trial waits on: a trial's report returns
+    only once the driver has handled it) never waits for sqlite, nor, from a process, for
+    the GIL while SQLAlchemy holds it. A write that failed is raised at the next event, and
+    at the sweep's end, which waits for every write.
 
     It holds only the config and folder (it is pickled with the experiment, for
     resume) and starts its writer in ``setup``, which Tune calls on every (re)start.
@@ -46,15 +47,19 @@ class MlflowTrials(Callback):
 
     def __init__(self, sweep: SweepConfig, folder: SweepFolder) -> None:
         self.sweep, self.folder = sweep, folder
-        self.writer: WriterProcess | None = None
+        self.writer: WriterThread | WriterProcess | None = None
 
     def setup(self, **info: Any) -> None:
         folder = store.current(self.folder)
         uri = records.read_mlflow_state(folder).get("tracking_uri") or tracking_uri(self.sweep)
         self.writer = writer.start(self.sweep, folder, uri)
         # The export logs the model from this process: MLflow's scan of the installed
-        # packages is made now, while the first trials start, not then.
-        threading.Thread(target=mlflow_model.scan_installed_packages, name="tuner-mlflow-scan", daemon=True).start()
+        # packages is made now, while the first trials start, not then (after the store is
+        # open, on the writer's thread when it has one here).
+        if isinstance(self.writer, WriterThread):
+            self.writer.send("scan_packages")
+        else:
+            threading.Thread(target=mlflow_model.scan_installed_packages, name="tuner-mlflow-scan", daemon=True).start()
 
     def on_step_end(self, iteration, trials, **info):
         self.writer.check()  # the writer's lines shown, a failed write raised, between events too

@@ -1,9 +1,13 @@
-"""A sweep's MLflow writes, in a process of their own.
+"""A sweep's MLflow writes, on a thread of the driver or in a process of their own.
 
 The driver's Tune loop handles every trial's report (a trial waits for it), and MLflow's
-writes are SQLAlchemy's Python: on a thread of the driver they held the GIL that loop
-needs (a third of the driver's samples at 300 short trials, profiled). So they run in a
-child process, ``python -m tuner.tracking.writer``, fed in event order through a socket:
+writes are SQLAlchemy's Python: on a thread of the driver they hold the GIL that loop
+needs (a third of the driver's samples at 300 short trials, profiled). A sweep of many
+trials (``PROCESS_FROM``) runs them in a child process, ``python -m tuner.tracking.writer``,
+started before Ray so that its imports overlap Ray's start; a sweep of few trials, where
+that start would cost more than it saves, on a thread (``WriterThread``). The same loop
+(``serve``) and the same rules (``MlflowWriter``) run in both. In the process, fed in event
+order through a socket:
 
 - the driver sends each event (a trial started, reported, ended; the sweep ended) as one
   pickled message and never waits for a write; the child's reader keeps up to ``QUEUED``
@@ -22,7 +26,9 @@ child process, ``python -m tuner.tracking.writer``, fed in event order through a
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import contextvars
 import os
 import pickle
 import queue
@@ -115,7 +121,13 @@ class MlflowWriter:
         if self.missed:
             self.probe()
 
-    EVENTS = ("open", "trial_start", "result", "end", "stalled", "retrying", "experiment_end")
+    def scan_packages(self) -> None:
+        """(On the driver's own thread only: the export's model logging needs it there.)"""
+        from tuner.tracking import mlflow_model
+
+        mlflow_model.scan_installed_packages()
+
+    EVENTS = ("open", "trial_start", "result", "end", "stalled", "retrying", "experiment_end", "scan_packages")
 
     def handle(self, event: str, args: tuple[Any, ...]) -> None:
         if event not in self.EVENTS:
@@ -204,28 +216,9 @@ class MlflowWriter:
 # --- the child process ------------------------------------------------------------------------
 
 
-def main(fd: int) -> None:
-    for stop in (signal.SIGINT, signal.SIGTERM):  # the driver stops the sweep, then sends the end
-        signal.signal(stop, signal.SIG_IGN)
-    connection = Connection(fd)
-    sending = threading.Lock()
-
-    def tell(kind: str, payload: Any = None) -> None:
-        with sending, contextlib.suppress(OSError):
-            connection.send((kind, payload))
-
-    sweep, folder = connection.recv()
-    inbox: queue.Queue = queue.Queue(maxsize=QUEUED)
-
-    def read() -> None:  # the socket's messages into the inbox, so that the driver's sends seldom wait
-        while True:
-            try:
-                inbox.put(connection.recv())
-            except (EOFError, OSError):
-                inbox.put((LOST, ()))
-                return
-
-    threading.Thread(target=read, name="tuner-mlflow-reader", daemon=True).start()
+def serve(sweep: Any, folder: SweepFolder, inbox: queue.Queue, tell: Callable[..., None]) -> None:
+    """The writer's loop (in the process, or on a thread): events in order from ``inbox``,
+    its own clock between them, lines and failures out through ``tell``."""
     writer = MlflowWriter(sweep, folder)
     SAYING.set(lambda line: tell("say", line))
     with store.writing_records_to(folder):
@@ -249,6 +242,39 @@ def main(fd: int) -> None:
                 tell("error", _sendable(error))
 
 
+def main(fd: int) -> None:
+    for stop in (signal.SIGINT, signal.SIGTERM):  # the driver stops the sweep, then sends the end
+        signal.signal(stop, signal.SIG_IGN)
+    connection = Connection(fd)
+    sending = threading.Lock()
+
+    def tell(kind: str, payload: Any = None) -> None:
+        with sending, contextlib.suppress(OSError):
+            connection.send((kind, payload))
+
+    with contextlib.suppress(Exception):  # MLflow's client and store imported while the driver starts Ray
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+        import mlflow.tracking  # noqa: F401
+    try:
+        sweep, folder, environment = connection.recv()
+    except (EOFError, OSError):  # started ahead for a sweep that never began
+        return
+    os.environ.update(environment)  # the driver's MLflow settings as they are now, not at this start
+    inbox: queue.Queue = queue.Queue(maxsize=QUEUED)
+
+    def read() -> None:  # the socket's messages into the inbox, so that the driver's sends seldom wait
+        while True:
+            try:
+                inbox.put(connection.recv())
+            except (EOFError, OSError):
+                inbox.put((LOST, ()))
+                return
+
+    threading.Thread(target=read, name="tuner-mlflow-reader", daemon=True).start()
+    serve(sweep, folder, inbox, tell)
+    os._exit(0)  # every write is committed and told: no interpreter teardown for the driver to wait on
+
+
 def _sendable(error: BaseException) -> BaseException:
     """``error`` if it pickles and comes back whole, else a TunerError with its text."""
     try:
@@ -261,15 +287,71 @@ def _sendable(error: BaseException) -> BaseException:
 # --- the driver's side ------------------------------------------------------------------------
 
 
-class WriterProcess:
+class _Writer:
+    """What the driver does with the writer's messages, whichever way they come."""
+
+    folder: SweepFolder | None = None
+    closed = gone = False
+    cpu_s: float | None = None
+
+    def _handle(self, message: tuple[str, Any]) -> None:
+        kind, payload = message
+        if kind == "say":
+            say(payload)
+        elif kind == "closed":
+            self.closed = True
+        elif kind == "error":
+            if isinstance(payload, store.StorageError):
+                store.note_failed_write(payload)
+            raise payload
+
+
+class WriterThread(_Writer):
+    """The writer on a thread of the driver, for a sweep of few trials: a process of its own
+    costs its start (about 2 s of CPU, 4-5 s of a 2-trial sweep's wall on a loaded 2-core
+    machine) and pays back only over many trials (benchmarks/README.md)."""
+
+    def begin(self, sweep: Any, folder: SweepFolder) -> None:
+        self.folder = folder
+        self.inbox: queue.Queue = queue.Queue(maxsize=QUEUED)
+        self.outbox: collections.deque = collections.deque()
+        tell = lambda kind, payload=None: self.outbox.append((kind, payload))  # noqa: E731
+        context = contextvars.copy_context()  # the folder being written, the refused writes
+        self.thread = threading.Thread(
+            target=context.run, args=(serve, sweep, folder, self.inbox, tell), name="tuner-mlflow", daemon=True
+        )
+        self.thread.start()
+        self.send("open")
+
+    def send(self, event: str, *args: Any) -> None:
+        self.check()
+        self.inbox.put((event, args))
+
+    def check(self) -> None:
+        while self.outbox:
+            self._handle(self.outbox.popleft())
+
+    def close(self) -> None:
+        self.inbox.put((CLOSE, ()))
+        self.thread.join()
+        failed: BaseException | None = None
+        while self.outbox:
+            try:
+                self._handle(self.outbox.popleft())
+            except Exception as error:
+                failed = failed or error
+        if failed is not None:
+            raise failed
+
+
+class WriterProcess(_Writer):
     """The driver's handle on its MLflow writer: events out, lines and failures back.
 
     A writer that dies (killed, out of memory) does not stop the sweep: like a tracking
     server that went away, the folder notes MLflow as behind, the sweep goes on with its
     history, and a resume writes what MLflow lacks."""
 
-    def __init__(self, sweep: Any, folder: SweepFolder) -> None:
-        self.folder = folder
+    def __init__(self) -> None:
         mine, theirs = socket.socketpair()
         package_root = str(Path(__file__).resolve().parents[2])  # tuner importable however the driver found it
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))}
@@ -285,9 +367,12 @@ class WriterProcess:
         )
         theirs.close()
         self.connection = Connection(mine.detach())
-        self.closed = self.gone = False
-        self.cpu_s: float | None = None
-        self._send((sweep, folder))
+
+    def begin(self, sweep: Any, folder: SweepFolder) -> None:
+        """The sweep to write for; the writer opens its record."""
+        self.folder = folder
+        environment = {name: value for name, value in os.environ.items() if name.startswith("MLFLOW_")}
+        self._send((sweep, folder, environment))
         self.send("open")
 
     def send(self, event: str, *args: Any) -> None:
@@ -316,18 +401,11 @@ class WriterProcess:
 
     def _take(self) -> None:
         try:
-            kind, payload = self.connection.recv()
+            message = self.connection.recv()
         except (EOFError, OSError):
             self._went()
             return
-        if kind == "say":
-            say(payload)
-        elif kind == "closed":
-            self.closed = True
-        elif kind == "error":
-            if isinstance(payload, store.StorageError):
-                store.note_failed_write(payload)
-            raise payload
+        self._handle(message)
 
     def _went(self) -> None:
         """The writer is gone without being told to go: said once, noted for the resume."""
@@ -337,7 +415,8 @@ class WriterProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
         why = f"MLflow's writer process exited (code {self.process.poll()})"
-        records.note_mlflow_behind(self.folder, why)
+        if self.folder is not None:
+            records.note_mlflow_behind(self.folder, why)
         say(f"{why}; the sweep goes on, its records kept in the history")
 
     def close(self) -> None:
@@ -375,9 +454,45 @@ class WriterProcess:
             self.cpu_s = usage.ru_utime + usage.ru_stime
 
 
-def start(sweep: Any, folder: SweepFolder, uri: str) -> WriterProcess:
-    fail_fast_over_http(uri)  # (in the environment the writer inherits)
-    return WriterProcess(sweep, folder)
+PROCESS_FROM = 100  # trials: a sweep of this many or more writes from a process of its own
+_AHEAD: list[WriterProcess] = []  # started before Ray, for the sweep's callback to take
+
+
+def in_process(sweep: Any) -> bool:
+    """Whether the sweep's writes go to a process of their own (else a thread of the
+    driver). At 300 short trials the process took the driver's CPU from 81 s to 52-57 s
+    and the wall 5-8% down; at 2 trials its start added 4-5 s to the command on a loaded
+    2-core machine (benchmarks/README.md). ``num_samples: -1`` (until a time budget ends)
+    counts as many."""
+    total = sweep.total_trials
+    return total < 0 or total >= PROCESS_FROM
+
+
+def start_ahead(sweep: Any) -> None:
+    """For a sweep that writes from a process: start it now, before Ray starts, so that its
+    imports (MLflow, SQLAlchemy, tuner's config: about 2 s of CPU) run while ``ray.init``
+    mostly waits. ``start`` takes it; ``drop_ahead`` ends one no sweep took."""
+    if in_process(sweep) and not _AHEAD:
+        _AHEAD.append(WriterProcess())
+
+
+def drop_ahead() -> None:
+    """End a writer started ahead that no sweep took, without waiting for it: it sees its
+    socket close before any sweep and exits (once its imports are done)."""
+    while _AHEAD:
+        _AHEAD.pop().connection.close()
+
+
+def start(sweep: Any, folder: SweepFolder, uri: str) -> WriterThread | WriterProcess:
+    """The writer for this sweep: a thread, or a process (the one started ahead, else a new one)."""
+    fail_fast_over_http(uri)  # (MLflow's settings go to a writer process with the sweep)
+    writer: WriterThread | WriterProcess
+    if not in_process(sweep):
+        writer = WriterThread()
+    else:
+        writer = _AHEAD.pop() if _AHEAD else WriterProcess()
+    writer.begin(sweep, folder)
+    return writer
 
 
 if __name__ == "__main__":
