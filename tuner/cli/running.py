@@ -159,10 +159,9 @@ def _print_outcome(sweep: Any, metrics: dict[str, Any], folder: Any, *, smoke: b
 def _mlflow_uri(sweep: Any, folder: Any) -> str:
     """The store the sweep's records went to: the one its mlflow.json names (a resumed sweep
     keeps the store it began in), else the one the config gives."""
-    from tuner.folder import records
-    from tuner.tracking.mlflow_runs import tracking_uri
+    from tuner.tracking.mlflow_runs import sweep_uri
 
-    return records.read_mlflow_state(folder).get("tracking_uri") or tracking_uri(sweep)
+    return sweep_uri(sweep, folder)
 
 
 def _stalled(folder: Any) -> str:

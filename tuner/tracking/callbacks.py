@@ -27,7 +27,7 @@ from tuner.folder.store import SweepFolder
 from tuner.search.define_by_run import RETURNED
 from tuner.sweepfile.schema import SweepConfig
 from tuner.tracking import mlflow_model, writer
-from tuner.tracking.mlflow_runs import FLUSH_S, _plain, tracking_uri
+from tuner.tracking.mlflow_runs import FLUSH_S, _plain, sweep_uri
 from tuner.tracking.writer import WriterProcess, WriterThread
 
 
@@ -51,8 +51,7 @@ class MlflowTrials(Callback):
 
     def setup(self, **info: Any) -> None:
         folder = store.current(self.folder)
-        uri = records.read_mlflow_state(folder).get("tracking_uri") or tracking_uri(self.sweep)
-        self.writer = writer.start(self.sweep, folder, uri)
+        self.writer = writer.start(self.sweep, folder, sweep_uri(self.sweep, folder))
         # The export logs the model from this process: MLflow's scan of the installed
         # packages is made now, while the first trials start, not then (after the store is
         # open, on the writer's thread when it has one here).

@@ -47,6 +47,12 @@ def tracking_uri(sweep: SweepConfig) -> str:
     return f"sqlite:///{Path(sweep.output_dir).expanduser().resolve() / 'mlflow.db'}"
 
 
+def sweep_uri(sweep: SweepConfig, folder: SweepFolder) -> str:
+    """The store the sweep's records go to: the one its mlflow.json names (a resumed sweep
+    keeps the store it began in), else the one the config gives."""
+    return records.read_mlflow_state(folder).get("tracking_uri") or tracking_uri(sweep)
+
+
 def registered_model_name(sweep: SweepConfig) -> str:
     from tuner.models.build import label
 

@@ -74,13 +74,9 @@ class MlflowWriter:
         self.next_probe = self.next_flush = 0.0
 
     def _uri(self) -> str:
-        from tuner.tracking.mlflow_runs import tracking_uri
+        from tuner.tracking.mlflow_runs import sweep_uri
 
-        return (
-            self.record.uri
-            if self.record
-            else records.read_mlflow_state(self.folder).get("tracking_uri") or tracking_uri(self.sweep)
-        )
+        return self.record.uri if self.record else sweep_uri(self.sweep, self.folder)
 
     # --- the events, by name (what the driver's callback sends) -----------------------------
     def open(self) -> None:
