@@ -129,6 +129,7 @@ def test_a_spec_layout_sweep_resumes_to_its_end(spec_folder, ray_tmp):
     first = histories.pop("f1943a3c")
     assert first[:3] == [1, 2, 3] and first == sorted(set(first))  # went on from epoch 3, nothing twice
     assert (spec_folder / "best" / "metrics.json").is_file()
+    assert not Path("/tmp/fx").exists()  # where the fixture was made: the new trial wrote here, not there
 
 
 def test_an_export_made_with_the_spec_layout_loads_and_predicts():

@@ -22,7 +22,7 @@ def build_tuner(
     ``reporter`` tuner's progress view (None: Ray's own, ``--verbose``)."""
     from ray import tune
 
-    from tuner.driver import earlier
+    from tuner.driver import earlier, moved
     from tuner.driver.callbacks import ProgressCallback, SpareCores, StudyTrials, SweepRecords
     from tuner.driver.leftovers import LeftoverGroups
     from tuner.driver.stalls import StallWatch
@@ -68,6 +68,7 @@ def build_tuner(
         callbacks.append(SpareCores(folder, sweep.total_trials, int(sweep.scaling.cpus_per_worker)))
     if restore:
         try:
+            moved.point_searcher_here(folder)  # a copied or moved folder: new trials write here too
             try:
                 return tune.Tuner.restore(folder.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
             except ModuleNotFoundError as error:

@@ -80,6 +80,11 @@ def bring_forward(folder: SweepFolder, callbacks: list[Any]) -> None:
     _rewrite(folder, "tuner.pkl", kept, lambda data: ray.cloudpickle.dumps(state))
 
 
+def read_pickle(data: bytes) -> Any:
+    """A pickle from the sweep folder, an earlier tuner's module names read as today's."""
+    return _EarlierNames(io.BytesIO(data)).load()
+
+
 def _rewrite(folder: SweepFolder, name: str, kept: str, today: Any) -> None:
     original = folder.read_tune_file(name)
     if b"tuner." not in original:
