@@ -68,14 +68,17 @@ def build_tuner(
         callbacks.append(SpareCores(folder, sweep.total_trials, int(sweep.scaling.cpus_per_worker)))
     if restore:
         try:
-            moved.point_searcher_here(folder)  # a copied or moved folder: new trials write here too
             try:
-                return tune.Tuner.restore(folder.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
+                restored = tune.Tuner.restore(folder.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
             except ModuleNotFoundError as error:
                 if not earlier.made_by_earlier_tuner(error):
                     raise
                 earlier.bring_forward(folder, callbacks)  # a sweep an earlier tuner started
-                return tune.Tuner.restore(folder.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
+                restored = tune.Tuner.restore(folder.tune_uri, trainable, resume_unfinished=True, resume_errored=True)
+            # Tune reads its searcher's state when the restored sweep starts; a copied or moved
+            # folder's is made to name this folder first (once Tune's own state has read)
+            moved.point_searcher_here(folder)
+            return restored
         except TunerError:
             raise
         except Exception as error:  # a truncated or foreign tuner.pkl
