@@ -267,7 +267,9 @@ def test_a_ddp_trial_with_a_stuck_rank_is_stopped_with_every_ranks_stacks_and_le
             "mode": "max",
             "train": {"epochs": 1},
             "space": {"params": {"x": 1}},
-            "trials": {"num_samples": 1, "stall_timeout_s": 25},
+            # the clock runs from the trial's start: both ranks must be up inside it, which took
+            # over 25 s on a loaded 2-core machine (rank 1 had not noted itself: no stacks of its)
+            "trials": {"num_samples": 1, "stall_timeout_s": 45},
             "scaling": {"workers": 2, "cpus_per_worker": 1},
             "tracking": {"mlflow": {"enabled": False}},
         }
