@@ -305,6 +305,56 @@ def test_auto_says_why_and_keeps_a_warm_start():
     assert choice.reason.endswith("ASHA stops the worst trials early (30 trials of 4 epochs)")
 
 
+def test_auto_reads_the_time_budget_for_what_it_gives_each_trial():
+    """A GP's proposals pay where the budget gives each trial of the cap time (a long budget:
+    the GP, and TPE past 256 trials), not where the trials take less than they do."""
+    short = sweep(FLAT, "auto", trials={"num_samples": 480, "time_budget_s": 12})
+    assert (short.searcher.sampler, short.searcher.tpe_after, short.scheduler.name) == ("tpe", None, "asha")
+    assert "a time budget of 12 s for up to 480 trials (0.025 s a trial)" in short.picked
+    few = sweep(FLAT, "auto", trials={"num_samples": 30, "time_budget_s": 12})
+    assert few.searcher.sampler == "tpe"  # within the GP's trials, but 0.4 s a trial
+    long = sweep(FLAT, "auto", trials={"num_samples": 480, "time_budget_s": 36000})
+    assert (long.searcher.sampler, long.searcher.tpe_after, long.scheduler.name) == ("gp", 256, "fifo")
+    assert "a time budget of 36000 s for up to 480 trials: a Gaussian process models the first 256" in long.picked
+    assert long.searcher.described == "optuna (gp, tpe from trial 256)"
+    untimed = sweep(FLAT, "auto", trials={"num_samples": 480})
+    assert (untimed.searcher.sampler, untimed.searcher.tpe_after) == ("tpe", None)  # the trials rule alone
+    timed_few = sweep(FLAT, "auto", trials={"num_samples": 30, "time_budget_s": 3600})
+    assert (timed_few.searcher.sampler, timed_few.searcher.tpe_after) == ("gp", None)
+
+
+def test_the_handover_sampler_proposes_as_the_gp_then_as_tpe_from_the_same_trials():
+    import optuna
+
+    from tuner.search.handover import GpThenTpe
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def objective(trial: Any) -> float:
+        return (trial.suggest_float("x", -2, 2) - 0.5) ** 2 + trial.suggest_float("y", 0, 1)
+
+    def study(sampler: Any) -> Any:
+        return optuna.create_study(sampler=sampler)
+
+    handover = study(optuna_searcher.optuna_sampler("gp", 7, 2, tpe_after=6))
+    assert isinstance(handover.sampler, GpThenTpe)
+    handover.optimize(objective, n_trials=8)
+    gp = study(optuna_searcher.optuna_sampler("gp", 7, 2))
+    gp.optimize(objective, n_trials=6)
+    assert [t.params for t in handover.trials[:6]] == [t.params for t in gp.trials]  # the GP's, as its own study
+    tpe = study(optuna_searcher.optuna_sampler("tpe", 7, 2))
+    for trial in handover.trials[:6]:
+        tpe.add_trial(trial)
+    tpe.optimize(objective, n_trials=2)  # TPE told the GP's six trials proposes the 7th and 8th alike
+    assert [t.params for t in handover.trials[6:]] == [t.params for t in tpe.trials[6:]]
+
+
+def test_a_handover_to_tpe_needs_the_gp():
+    with pytest.raises(Exception, match=r"searcher.tpe_after: 50 hands a Gaussian process's search over to TPE; "
+                       r"it needs sampler: gp, not tpe"):  # fmt: skip
+        sweep(FLAT, {"name": "optuna", "sampler": "tpe", "tpe_after": 50})
+
+
 # --- PB2 -----------------------------------------------------------------------------------------------
 def test_pb2_explores_the_bounds_of_the_numeric_parameters():
     built = sweep({**FLAT, "optimizer": {"choice": ["adam", "sgd"]}}, scheduler={"name": "pb2"})

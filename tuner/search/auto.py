@@ -14,7 +14,10 @@ The rules, and what benchmarks/studies/search_quality.py measured of them (bench
 - grid values in the space: the variant generator, the only searcher that expands them;
 - a conditional space: Optuna's TPE, which samples it define-by-run;
 - only numeric parameters, at most 8 of them, at most 256 trials, and no scheduler named
-  in the file: Optuna's Gaussian process with FIFO. On Branin and Hartmann-6 a GP over
+  in the file: Optuna's Gaussian process with FIFO. Under a time budget (``trials.time_budget_s``)
+  the GP only where the budget gives each trial of the cap at least 10 s (its proposals take
+  about a second each, beside the trials), and with more than 256 trials TPE proposes from
+  trial 256 on; a shorter budget per trial gets TPE. On Branin and Hartmann-6 a GP over
   full-length trials had 2x and 10x less regret than TPE or random search with ASHA at
   the same epochs (early stopping's partial values mislead a model of the function, and
   curves that cross make its first rungs noisy);
@@ -39,6 +42,10 @@ from tuner.search.spaces import RANGE_KINDS, ParamSpec
 
 GP_MAX_DIMENSIONS = 8
 GP_MAX_TRIALS = 256  # a GP's fit grows with the cube of the trials it has seen
+# Under a time budget, the GP only where the budget gives each trial of the cap this many
+# seconds: its proposals take about a second each on 2 cores (beside the trials), which a 12 s
+# budget of 480 trials cannot pay (benchmarks/README.md, search quality at equal wall time)
+GP_MIN_TRIAL_S = 10.0
 ASHA_MIN_TRIALS = 8
 ASHA_MIN_EPOCHS = 3
 
@@ -59,9 +66,11 @@ def pick(
     objectives: int = 0,
     own_searcher: tuple[dict[str, Any], str] | None = None,
     define_by_run: bool = False,
+    time_budget_s: float | None = None,
 ) -> Choice:
     """``own_searcher``: the searcher the file's scheduler needs, and why (``Scheduler.own_searcher``);
-    ``define_by_run``: the space is an objective's own ``trial.suggest_*`` calls."""
+    ``define_by_run``: the space is an objective's own ``trial.suggest_*`` calls; ``time_budget_s``:
+    the sweep's, which may end it long before ``trials``."""
     searched = {name: spec for name, spec in specs.items() if spec.kind != "constant"}
     kinds = {spec.kind for spec in searched.values()}
     if define_by_run:
@@ -91,14 +100,26 @@ def pick(
         )
     numeric = bool(searched) and kinds <= set(RANGE_KINDS)
     choices = bool(searched) and kinds == {"choice"}
-    if (numeric or choices) and len(searched) <= GP_MAX_DIMENSIONS and trials <= GP_MAX_TRIALS and not scheduler_given:
+    # A time budget: what it allows each trial of the cap decides whether a GP's proposals pay
+    per_trial_s = time_budget_s / trials if time_budget_s is not None else None
+    quick = per_trial_s is not None and per_trial_s < GP_MIN_TRIAL_S
+    handover = per_trial_s is not None and not quick and trials > GP_MAX_TRIALS
+    gp_fits = (trials <= GP_MAX_TRIALS or handover) and not quick
+    if (numeric or choices) and len(searched) <= GP_MAX_DIMENSIONS and gp_fits and not scheduler_given:
         what = "numeric parameters" if numeric else "parameters of choices only"
+        searcher: dict[str, Any] = {"name": "optuna", "sampler": "gp"}
+        budget = f"{trials} trials, which a Gaussian process models best"
+        if handover:
+            searcher["tpe_after"] = GP_MAX_TRIALS
+            budget = (
+                f"a time budget of {time_budget_s:g} s for up to {trials} trials: a Gaussian process models the "
+                f"first {GP_MAX_TRIALS} best, TPE the ones after"
+            )
         return Choice(
-            {"name": "optuna", "sampler": "gp"},
+            searcher,
             {"name": "fifo"},
-            f"auto picked searcher optuna (gp): {len(searched)} {what} and {trials} trials, which a "
-            "Gaussian process models best; FIFO: every trial runs its epochs (values cut short by early "
-            "stopping would mislead the GP)",
+            f"auto picked searcher optuna (gp): {len(searched)} {what} and {budget}; FIFO: every trial runs its "
+            "epochs (values cut short by early stopping would mislead the GP)",
         )
     early = not scheduler_given and trials >= ASHA_MIN_TRIALS and epochs >= ASHA_MIN_EPOCHS
     scheduler = {"name": "asha", "grace_period": 1, "reduction_factor": 3} if early else None
@@ -117,16 +138,24 @@ def pick(
         searcher, why = {"name": "random"}, "nothing is searched"
     else:
         searcher = {"name": "optuna", "sampler": "tpe"}
-        why = _tpe_reason(searched, trials, kinds, scheduler_given)
+        why = _tpe_reason(searched, trials, kinds, scheduler_given, time_budget_s)
     name = searcher["name"] + (f" ({searcher['sampler']})" if "sampler" in searcher else "")
     return Choice(searcher, None if scheduler_given else scheduler, f"auto picked searcher {name}: {why}; {stops}")
 
 
-def _tpe_reason(searched: dict[str, ParamSpec], trials: int, kinds: set[str], scheduler_given: bool) -> str:
+def _tpe_reason(
+    searched: dict[str, ParamSpec], trials: int, kinds: set[str], scheduler_given: bool, time_budget_s: float | None
+) -> str:
     if not kinds <= set(RANGE_KINDS) and kinds != {"choice"}:
         return "the space mixes choices and numbers, which TPE models as they are"
     if len(searched) > GP_MAX_DIMENSIONS:
         return f"{len(searched)} parameters, more than a Gaussian process models well"
+    if time_budget_s is not None and time_budget_s / trials < GP_MIN_TRIAL_S and not scheduler_given:
+        return (
+            f"a time budget of {time_budget_s:g} s for up to {trials} trials ({time_budget_s / trials:.2g} s a "
+            "trial), where a Gaussian process's proposals would take more time than the trials; TPE's take "
+            "milliseconds"
+        )
     if trials > GP_MAX_TRIALS:
         return f"{trials} trials, more than a Gaussian process fits quickly"
     return "the file's scheduler may stop trials early, whose partial values TPE takes in its stride"

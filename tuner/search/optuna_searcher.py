@@ -21,6 +21,7 @@ class OptunaSearcher(Searcher):
     sampler: Literal["tpe", "cmaes", "gp", "qmc", "nsga2", "random"] = "tpe"
     n_startup_trials: int = Field(4, ge=0)  # random trials before tpe, cmaes or gp take over
     population_size: int = Field(50, ge=2)  # nsga2: trials per generation (the first is random)
+    tpe_after: int | None = Field(None, ge=1)  # gp: TPE proposes from this trial on (tuner/search/handover.py)
 
     takes_earlier_results: ClassVar[bool] = True
     answers_suggest: ClassVar[bool] = True
@@ -28,6 +29,13 @@ class OptunaSearcher(Searcher):
     def check(self, sweep: Any) -> None:
         if self.warm_start is not None and self.sampler == "qmc":
             raise fail("searcher.warm_start: the qmc sampler draws a fixed sequence and learns nothing from trials")
+        if self.tpe_after is not None and self.sampler != "gp":
+            raise fail(
+                "searcher.tpe_after: {value} hands a Gaussian process's search over to TPE; "
+                "it needs sampler: gp, not {sampler}",
+                value=self.tpe_after,
+                sampler=self.sampler,
+            )
 
     def models_constraints(self) -> bool:
         return self.sampler in CONSTRAINED_SAMPLERS
@@ -42,19 +50,29 @@ class OptunaSearcher(Searcher):
         return True
 
     def study_sampler(self, sweep: Any) -> Any:
-        return optuna_sampler(self.sampler, sweep.seed, self.n_startup_trials, self.population_size)
+        return optuna_sampler(self.sampler, sweep.seed, self.n_startup_trials, self.population_size, self.tpe_after)
 
     def tell_earlier(self, search_alg: Any, evaluated: list[Evaluated]) -> tuple[int, int]:
         return warm_start(search_alg, evaluated)
 
     @property
     def described(self) -> str:
-        return f"optuna ({self.sampler})"
+        handover = f", tpe from trial {self.tpe_after}" if self.tpe_after is not None else ""
+        return f"optuna ({self.sampler}{handover})"
 
 
-def optuna_sampler(name: str, seed: int, n_startup_trials: int, population_size: int = 50) -> Any:
-    """Optuna's sampler by the name the file gives (``searcher.sampler``)."""
+def optuna_sampler(
+    name: str, seed: int, n_startup_trials: int, population_size: int = 50, tpe_after: int | None = None
+) -> Any:
+    """Optuna's sampler by the name the file gives (``searcher.sampler``); the GP hands over
+    to TPE from trial ``tpe_after`` on, if given."""
     import optuna
+
+    if name == "gp" and tpe_after is not None:
+        from tuner.search.handover import GpThenTpe
+
+        gp = optuna_sampler("gp", seed, n_startup_trials)
+        return GpThenTpe(gp, optuna_sampler("tpe", seed, n_startup_trials), tpe_after)
 
     samplers = optuna.samplers
     builders = {
@@ -83,7 +101,11 @@ def optuna_search(sweep: Any, sampler: str) -> Any:
     with warnings.catch_warnings():  # qmc, gp: "experimental" in Optuna's words; chosen in the file
         warnings.simplefilter("ignore", ExperimentalWarning)
         chosen = optuna_sampler(
-            sampler, sweep.seed, getattr(s, "n_startup_trials", 4), getattr(s, "population_size", 50)
+            sampler,
+            sweep.seed,
+            getattr(s, "n_startup_trials", 4),
+            getattr(s, "population_size", 50),
+            getattr(s, "tpe_after", None),
         )
     space = OptunaSpace(sweep.param_specs())
     # cmaes, qmc, random learn nothing from them (cmaes warns at each trial): not told

@@ -86,6 +86,7 @@ def pick(sweep: Any) -> None:
         objectives=len(sweep.objectives),
         own_searcher=sweep.scheduler.own_searcher,
         define_by_run=sweep.objective is not None,
+        time_budget_s=sweep.trials.time_budget_s,
     )
     searcher = dict(choice.searcher)
     if sweep.searcher.warm_start is not None:
