@@ -139,3 +139,12 @@ def test_a_sweep_of_few_trials_writes_from_a_thread_by_the_same_rules(sweep_in, 
         thread.close()
     epochs, run = _epochs(sweep, "t_00000")
     assert epochs == [(1, 0.5), (2, 0.6)] and run.info.status == "FINISHED" and said == []
+
+
+def test_a_process_for_many_trials_unless_a_short_time_budget_ends_the_sweep_first():
+    def sweep(**trials: float) -> SweepConfig:
+        return SweepConfig.model_validate({"name": "writer", "trials": trials})
+
+    assert writer.in_process(sweep(num_samples=480)) and writer.in_process(sweep(num_samples=480, time_budget_s=600))
+    assert not writer.in_process(sweep(num_samples=99))
+    assert not writer.in_process(sweep(num_samples=480, time_budget_s=12))  # its start is not paid back

@@ -451,6 +451,9 @@ class WriterProcess(_Writer):
 
 
 PROCESS_FROM = 100  # trials: a sweep of this many or more writes from a process of its own
+# ... unless a time budget ends it sooner than this: the process's start (about 2 s of CPU
+# while the first trials start) is paid back over minutes of results, not seconds
+PROCESS_MIN_BUDGET_S = 120.0
 _AHEAD: list[WriterProcess] = []  # started before Ray, for the sweep's callback to take
 
 
@@ -459,8 +462,11 @@ def in_process(sweep: Any) -> bool:
     driver). At 300 short trials the process took the driver's CPU from 81 s to 52-57 s
     and the wall 5-8% down; at 2 trials its start added 4-5 s to the command on a loaded
     2-core machine (benchmarks/README.md). ``num_samples: -1`` (until a time budget ends)
-    counts as many."""
+    counts as many, unless ``trials.time_budget_s`` ends the sweep within ``PROCESS_MIN_BUDGET_S``."""
     total = sweep.total_trials
+    budget = sweep.trials.time_budget_s
+    if budget is not None and budget < PROCESS_MIN_BUDGET_S:
+        return False
     return total < 0 or total >= PROCESS_FROM
 
 
