@@ -69,14 +69,14 @@ def bring_forward(folder: SweepFolder, callbacks: list[Any]) -> None:
     where = remote.join(folder.tune_uri, "tuner.pkl")
     original = folder.read_tune_file("tuner.pkl")
     try:
-        state = _EarlierNames(io.BytesIO(original)).load()
+        state = read_pickle(original)
         state["_run_config"].callbacks = callbacks
     except Exception as error:  # not an earlier tuner's pickle after all
         raise TunerError(f"{where}: Tune's saved sweep cannot be read ({type(error).__name__}: {error})") from None
     kept = KEPT_SUFFIX["spec" if b"tuner.spec" in original else "0.1"]
     for name in folder.tune_file_names():
         if name.startswith(SEARCHER_STATE) and name.endswith(".pkl"):
-            _rewrite(folder, name, kept, lambda data: ray.cloudpickle.dumps(_EarlierNames(io.BytesIO(data)).load()))
+            _rewrite(folder, name, kept, lambda data: ray.cloudpickle.dumps(read_pickle(data)))
     _rewrite(folder, "tuner.pkl", kept, lambda data: ray.cloudpickle.dumps(state))
 
 

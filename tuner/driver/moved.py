@@ -6,7 +6,8 @@ Tune's restore points the trials it restores at the folder it is given
 (``tune/search_gen_state-*.json``, a pickle) keeps the storage of the folder it was saved in,
 and each trial the searcher makes after the resume gets that storage: its checkpoints go to
 the old folder if it is still there, and the trial errors ("Unable to set up cluster
-storage") if it is not. So before a restore the saved states that name another place are
+storage") if it is not. So once Tune has read its own state, and before the restored sweep
+starts (when Tune reads the searcher's), the saved states that name another place are
 rewritten to name this folder, as Tune does for its trials.
 """
 

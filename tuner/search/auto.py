@@ -101,9 +101,8 @@ def pick(
     numeric = bool(searched) and kinds <= set(RANGE_KINDS)
     choices = bool(searched) and kinds == {"choice"}
     # A time budget: what it allows each trial of the cap decides whether a GP's proposals pay
-    per_trial_s = time_budget_s / trials if time_budget_s is not None else None
-    quick = per_trial_s is not None and per_trial_s < GP_MIN_TRIAL_S
-    handover = per_trial_s is not None and not quick and trials > GP_MAX_TRIALS
+    quick = _too_quick_for_gp(time_budget_s, trials)
+    handover = time_budget_s is not None and not quick and trials > GP_MAX_TRIALS
     gp_fits = (trials <= GP_MAX_TRIALS or handover) and not quick
     if (numeric or choices) and len(searched) <= GP_MAX_DIMENSIONS and gp_fits and not scheduler_given:
         what = "numeric parameters" if numeric else "parameters of choices only"
@@ -143,6 +142,11 @@ def pick(
     return Choice(searcher, None if scheduler_given else scheduler, f"auto picked searcher {name}: {why}; {stops}")
 
 
+def _too_quick_for_gp(time_budget_s: float | None, trials: int) -> bool:
+    """Whether a time budget gives each trial of the cap less than a GP's proposals want."""
+    return time_budget_s is not None and time_budget_s / trials < GP_MIN_TRIAL_S
+
+
 def _tpe_reason(
     searched: dict[str, ParamSpec], trials: int, kinds: set[str], scheduler_given: bool, time_budget_s: float | None
 ) -> str:
@@ -150,7 +154,7 @@ def _tpe_reason(
         return "the space mixes choices and numbers, which TPE models as they are"
     if len(searched) > GP_MAX_DIMENSIONS:
         return f"{len(searched)} parameters, more than a Gaussian process models well"
-    if time_budget_s is not None and time_budget_s / trials < GP_MIN_TRIAL_S and not scheduler_given:
+    if time_budget_s is not None and _too_quick_for_gp(time_budget_s, trials) and not scheduler_given:
         return (
             f"a time budget of {time_budget_s:g} s for up to {trials} trials ({time_budget_s / trials:.2g} s a "
             "trial), where a Gaussian process's proposals would take more time than the trials; TPE's take "
