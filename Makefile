@@ -23,8 +23,12 @@ spark: $(VENV)/.installed  ## the Spark pipeline (Java 17 needed): MNIST as Parq
 	run=$$(ls -dv runs/mnist_spark_asha runs/mnist_spark_asha-[0-9]* 2>/dev/null | tail -1) && \
 		$(PY) -m tuner predict $$run/best --data mnist:test --out $$run/predictions.csv
 
-test: $(VENV)/.installed  ## unit tests, then integration tests on a real local Ray
-	$(PY) -m pytest
+# The suite waits on process starts (Ray, imports) more than on the cores: two test modules at
+# a time, each in its own worker (tests/conftest.py keeps their temp folders apart).
+TEST_WORKERS ?= 2
+
+test: $(VENV)/.installed  ## unit tests and integration tests on a real local Ray, two modules at a time
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check tuner tests

@@ -10,11 +10,24 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 if "TUNER_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
     os.environ["TUNER_DATA_DIR"] = str(SHARED_DATA)
+# `make test` runs two modules at a time (pytest-xdist): each worker has a temp folder of its
+# own, so one worker's sweeps do not find the other's in the machine's core ledger
+# (tuner.driver.machine_cores), Ray's session folders or TUNER_HOME. Short: Ray's sockets.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"t{os.environ['PYTEST_XDIST_WORKER']}-", dir="/tmp")
+    tempfile.tempdir = None  # read TMPDIR again
 # Every sweep in the tests writes to the sqlite store beside its own outputs.
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 # A warm local Ray of the user's (`tuner ray up`, in ~/.tuner) is not the tests' to join:
 # their commands look for one in a folder of the session's own.
 os.environ["TUNER_HOME"] = tempfile.mkdtemp(prefix="tuner-home-")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with integration tests first, in their order, then the rest: with two workers
+    taking a module at a time, the quick modules fill the end rather than a long one."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("integration")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable
 
 
 def require(condition: bool, reason: str) -> None:
