@@ -370,6 +370,7 @@ def test_a_command_reports_its_lines_resumes_from_its_checkpoint_and_is_ended_by
 
 EXPLOITED = """
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -379,7 +380,7 @@ def train(params, context):
     if context.checkpoint is not None:
         state = json.loads((context.checkpoint / "state.json").read_text())
     with open(Path(params["marks"]) / f"{context.trial_id}.starts", "a") as starts:  # (re)start: epoch, whose state
-        starts.write(f"{context.start_epoch} {state['owner']} {params['x']}\\n")
+        starts.write(f"{context.start_epoch} {state['owner']} {params['x']} {'torch' in sys.modules}\\n")
     for epoch in range(context.start_epoch, context.max_epochs):
         time.sleep(0.5)
         state["total"] += params["x"]
@@ -421,8 +422,10 @@ def test_pbt_exploits_a_training_functions_checkpoint_and_perturbs_its_values(tm
     good = next(t for t, rows in histories.items() if rows[0]["score"] == pytest.approx(0.9))
     poor = next(t for t in histories if t != good)
     starts = [line.split() for line in (marks / f"{poor}.starts").read_text().splitlines()]
+    # a function that never imports torch runs in a trial process without it (its 3-4 s import)
+    assert {loaded for *_, loaded in starts} == {"False"}, starts
     # the poor trial started again from the good one's checkpoint, with a perturbed x
-    cloned = [(int(epoch), float(x)) for epoch, owner, x in starts if owner == good]
+    cloned = [(int(epoch), float(x)) for epoch, owner, x, _ in starts if owner == good]
     assert cloned and all(epoch >= 1 and x not in (0.1, 0.9) for epoch, x in cloned), starts
     epochs = [row["epoch"] for row in histories[poor]]
     assert epochs == sorted(epochs) and epochs[-1] == 4, epochs  # its history goes on from the clone's epoch

@@ -24,15 +24,17 @@ import contextlib
 import json
 import math
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from tuner.errors import TunerError
 from tuner.search.define_by_run import SUGGESTED
+
+if TYPE_CHECKING:  # not imported for a function that never uses torch (3-4 s of a trial's start)
+    import torch
 
 CHECKPOINT_RECORD = "tuner-checkpoint.json"  # the epoch and trial a user's checkpoint is from
 
@@ -147,7 +149,8 @@ def checkpoint_start(folder: Path | None) -> int:
 
 
 def _number(name: Any, value: Any, source: str) -> float | int | str:
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor's code has imported it
+    if torch is not None and isinstance(value, torch.Tensor):
         value = value.detach().float().item() if value.numel() == 1 else value
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()  # numpy scalars

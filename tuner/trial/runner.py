@@ -20,6 +20,7 @@ Nothing here reads YAML: the driver receives the sampled hyperparameters and a
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import threading
@@ -27,14 +28,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-
-from tuner.models import zoo
-from tuner.models.build import FACTORY
-from tuner.trial.loop import run_training
 from tuner.trial.own import OwnLoop, run_own
 from tuner.trial.session import (
     RANKS_DIR,
@@ -46,6 +41,13 @@ from tuner.trial.session import (
     touch_alive,
 )
 from tuner.usercode.snapshot import CodeSnapshot, put_first_on_path
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+# torch is imported where a trial trains (tuner's loop, a device asked for), not with this
+# module: a trial of a user's function that never uses torch starts without its 3-4 s import.
 
 _FIT_DONE = "__tuner_fit_done__"
 
@@ -182,6 +184,9 @@ def resolve_hyperparameters(setup: TrialSetup, sampled: dict[str, Any]) -> tuple
     sampled = {k: (str(v) if isinstance(v, str) else v) for k, v in sampled.items()}
     if setup.own is not None:  # the user's function or command takes the sampled values as they are
         return dict(setup.train_defaults), sampled
+    from tuner.models import zoo
+    from tuner.models.build import FACTORY
+
     name = model_of(setup, sampled)
     defaults = setup.model_defaults if name == setup.model_name else {}  # a choice of models: that model's own
     sampled = {k: v for k, v in sampled.items() if k != MODEL_CHOICE}
@@ -315,6 +320,7 @@ class _TrainSession(Session):
     def __init__(self, loop: LoopSettings):
         import ray.train
         import ray.train.torch
+        import torch
 
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
@@ -373,10 +379,19 @@ class _TuneSession(Session):
 
     def __init__(self, use_gpu: bool, trials_dir: str | None = None):
         self.trials_dir = trials_dir
-        # Tune sets CUDA_VISIBLE_DEVICES to the trial's GPU share, so it is device 0.
-        self.device = torch.device("cuda", 0) if use_gpu and torch.cuda.is_available() else torch.device("cpu")
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
+        self.use_gpu = use_gpu
+        if use_gpu:  # the current CUDA device is set before the user's code or the loop runs
+            self.device  # noqa: B018
+
+    @functools.cached_property
+    def device(self) -> torch.device:
+        """Tune sets CUDA_VISIBLE_DEVICES to the trial's GPU share, so it is device 0."""
+        import torch
+
+        if self.use_gpu and torch.cuda.is_available():
+            torch.cuda.set_device(0)
+            return torch.device("cuda", 0)
+        return torch.device("cpu")
 
     def resume_checkpoint(self) -> Any:
         from ray import tune
@@ -409,7 +424,7 @@ class _TuneSession(Session):
             touch_alive(self.trial_dir())
 
     def threads(self, own: int) -> int:
-        if self.trials_dir is None or self.device.type != "cpu":
+        if self.trials_dir is None or (self.use_gpu and self.device.type != "cpu"):
             return own
         from ray import tune
 
@@ -448,4 +463,6 @@ def run_loop(loop: LoopSettings, session: Session) -> None:
     if loop.own is not None:
         run_own(loop, session, loop.own, folder)
     else:
+        from tuner.trial.loop import run_training
+
         run_training(loop, session)

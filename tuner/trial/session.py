@@ -13,10 +13,11 @@ import dataclasses
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # imported where a checkpoint is read or written: a user's function may never need it
+    import torch
+    from torch import nn
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -130,6 +131,8 @@ class Session:
 
 def load_state(path: str | os.PathLike) -> dict[str, Any]:
     """A tuner checkpoint's state dict (tensors and plain values only: weights_only)."""
+    import torch
+
     return torch.load(Path(path) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
 
 
@@ -138,6 +141,8 @@ def report_epoch(
 ) -> None:
     """Report an epoch with its checkpoint: ``state`` (the model's and more) saved with
     the epoch and trial it belongs to; None on the ranks other than 0, which save none."""
+    import torch
+
     with tempfile.TemporaryDirectory() as folder:
         if state is not None:
             torch.save({**state, "epoch": epoch, "trial_id": trial}, Path(folder) / CHECKPOINT_FILE)
