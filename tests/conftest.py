@@ -10,12 +10,6 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 if "TUNER_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
     os.environ["TUNER_DATA_DIR"] = str(SHARED_DATA)
-# `make test` runs two modules at a time (pytest-xdist): each worker has a temp folder of its
-# own, so one worker's sweeps do not find the other's in the machine's core ledger
-# (tuner.driver.machine_cores), Ray's session folders or TUNER_HOME. Short: Ray's sockets.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"t{os.environ['PYTEST_XDIST_WORKER']}-", dir="/tmp")
-    tempfile.tempdir = None  # read TMPDIR again
 # Every sweep in the tests writes to the sqlite store beside its own outputs.
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 # A warm local Ray of the user's (`tuner ray up`, in ~/.tuner) is not the tests' to join:

@@ -297,6 +297,7 @@ class RayStartCluster:
                 "--include-dashboard=true",
                 "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={self.dashboard_port}",
+                f"--ray-client-server-port={free_port()}",  # not 10001: another test's head may hold it
             ],
             head=True,
         )

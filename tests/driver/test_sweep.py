@@ -114,11 +114,16 @@ def test_a_one_worker_trial_is_the_same_run_directly_or_as_a_torch_trainer(local
     assert_no_leaks()
 
 
-def test_a_lone_last_trial_trains_on_the_cores_no_trial_holds(local_ray, tmp_path):
+def test_a_lone_last_trial_trains_on_the_cores_no_trial_holds(local_ray, tmp_path, monkeypatch):
     """One 1-CPU trial on a 2-CPU Ray, none to come: it is lent the idle core from its
     first epoch (the file is written before Tune starts its function), and the lending
     file is gone once the sweep ends."""
+    from tuner.driver import machine_cores
     from tuner.folder.store import LENT_CORES_FILE
+
+    # A ledger of its own: `make test`'s other worker runs sweeps on this machine meanwhile,
+    # and a core they hold is rightly not lent (test_resources checks the ledger's rules).
+    monkeypatch.setattr(machine_cores, "ledger_dir", lambda: tmp_path / "ledger")
 
     sweep = SweepConfig.model_validate(
         small_sweep(
