@@ -24,11 +24,15 @@ spark: $(VENV)/.installed  ## the Spark pipeline (Java 17 needed): MNIST as Parq
 		$(PY) -m tuner predict $$run/best --data mnist:test --out $$run/predictions.csv
 
 # The suite waits on process starts (Ray, imports) more than on the cores: two test modules at
-# a time, each in its own worker (tests/conftest.py keeps their temp folders apart).
+# a time, each in a worker of its own. The multi-node clusters (tests/cluster) run alone
+# afterwards: beside another module's sweeps three of their tests failed (a trial not placed
+# on the worker node, Train's cleanup actor outliving the leak check); their nodes are
+# declared dead after 5 s without a health check.
 TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed  ## unit tests and integration tests on a real local Ray, two modules at a time
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=tests/cluster; \
+	rest=$$?; $(PY) -m pytest tests/cluster && exit $$rest
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check tuner tests
