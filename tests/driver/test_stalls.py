@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
 import textwrap
 import time
 import types
 from pathlib import Path
 
 import pytest
-from integration_helpers import assert_no_leaks, data_root, tuner_cli, users_sweep
+from integration_helpers import assert_no_leaks, data_root, ray_start_cluster, tuner_cli, users_sweep
 
 from tuner.driver.stalls import AUTO_FACTOR, AUTO_FLOOR_S, StallWatch, limit_s
 from tuner.driver.sweep import run_sweep
@@ -211,9 +213,19 @@ HANGING_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.fixture
+def another_ray():
+    """Another Ray up on this machine meanwhile, as a second sweep's is: the watchdog must ask
+    the state API about its own sweep's Ray (with no address, the API refuses to choose)."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="tro", dir="/tmp"))  # short: socket paths
+    with ray_start_cluster(temp_dir, head_cpus=1, workers=0) as other:
+        yield other
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_a_hung_command_is_stopped_with_its_python_stacks_and_leaves_no_process(tmp_path, ray_tmp):
+def test_a_hung_command_is_stopped_with_its_python_stacks_and_leaves_no_process(tmp_path, ray_tmp, another_ray):
     pid_file = tmp_path / "command.pid"
     sweep_file = users_sweep(
         tmp_path,

@@ -169,9 +169,13 @@ def _epoch(trial: Any) -> int:
 def _stacks_of(actor: Any) -> str:
     """py-spy's dump of the actor's process and its children, taken on its node."""
     try:
+        import ray
         from ray.util.state import get_actor
 
-        state = get_actor(actor._actor_id.hex(), timeout=10)
+        # This sweep's own Ray, by address: with none given, the state API looks for every Ray
+        # on the machine and refuses when another sweep's is up too.
+        address = ray.get_runtime_context().gcs_address
+        state = get_actor(actor._actor_id.hex(), address=address, timeout=10)
     except Exception as error:  # noqa: BLE001 - the state API is best effort here
         return f"(the trial's process could not be found: {type(error).__name__}: {error})"
     if state is None or not state.pid:
