@@ -213,8 +213,37 @@ def wait_for_results(sweep_root: Path, count: int, process: subprocess.Popen, ti
     raise AssertionError("no result in time")
 
 
-def kill_ray_under(folder: Path) -> None:
-    subprocess.run(["pkill", "-9", "-f", str(folder)], capture_output=True, timeout=60)
+def kill_ray_under(folder: Path, timeout_s: float = 30.0) -> None:
+    """SIGKILL the Ray a killed sweep orphaned under the temp dir ``folder`` (its own
+    ``RAY_TMPDIR``), and wait until every one of those processes is gone. The GCS, raylet and
+    dashboard name the folder on their command lines; trial processes (``ray::...``) do not, but
+    inherit ``RAY_TMPDIR``. Left alive, a trial process went on writing into the sweep's folder
+    for a while after the kill (seen on a loaded machine: the folder the test had just moved
+    appeared again)."""
+    marks = (str(folder).encode(), f"RAY_TMPDIR={folder}".encode())
+
+    def orphans() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if marks[0] in cmdline or marks[1] + b"\0" in environ + b"\0":
+                found.append(int(entry.name))
+        return found
+
+    deadline = time.monotonic() + timeout_s
+    while pids := orphans():
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"processes of the Ray under {folder} still alive: {pids}")
+        time.sleep(0.2)
 
 
 def mlflow_children(sweep_root: Path, metric: str = "val_accuracy") -> dict[str, list[int]]:

@@ -18,9 +18,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 # Fashion-MNIST with the CNN (ResNet-18 already runs above, and its export's 10,000 test
 # images alone take a CPU over a minute); the CIFAR-10 reader has its own test (test_data.py).
 EXTRA = {
-    "fashion_resnet_asha": ["data.train_subset=500", "train.batch_size=64"],
+    "fashion_resnet_asha": ["data.train_subset=500", "data.test_subset=500", "train.batch_size=64"],
     "cifar10_resnet_asha": ["data.dataset=fashion_mnist", "model.name=cnn"],
-    "mnist_model_choice": ["data.train_subset=500", "train.batch_size=64"],  # ResNet-18 may be drawn
+    "mnist_model_choice": ["data.train_subset=500", "data.test_subset=500", "train.batch_size=64"],  # ResNet-18 may be drawn
 }
 RAN: dict[str, object] = {}  # experiment -> its smoke run's folder (the warm start reads one)
 
@@ -51,10 +51,15 @@ def image_folder(tmp_path_factory):
 RUN_ELSEWHERE = {"mnist_spark_asha", "mnist_constraints"}
 # Files that differ from one run above only in the searcher's algorithm (the same Optuna
 # searcher or HyperOpt's, the same trial, tracking and export path: mnist_optuna_asha,
-# mnist_multiobjective, mnist_conditional) run their searcher and scheduler in this process
+# mnist_multiobjective) run their searcher and scheduler in this process
 # instead: built from the file as the sweep builds them, driven trial by trial as Tune
 # drives them, every proposal checked against the space (CI's minutes, issue 42).
+# mnist_conditional (Optuna's TPE on a conditional space, ASHA) and mnist_auto (what auto
+# picks for the CNN's space) join them: their sweeps as such run on synthetic trials in
+# tests/driver/test_search_sweeps.py, and ASHA on the CNN is mnist_asha's run above.
 SEARCHED_IN_PROCESS = {
+    "mnist_auto",
+    "mnist_conditional",
     "mnist_optuna_cmaes",
     "mnist_optuna_gp",
     "mnist_optuna_qmc",
@@ -96,8 +101,8 @@ def test_experiment_runs_in_smoke_size(local_ray, tmp_path, tmp_path_factory, mo
     assert not outcome.results.errors, outcome.results.errors
     assert len(outcome.results) == sweep.trials.num_samples
     assert outcome.best["test_accuracy"] > 0.2, outcome.best  # chance is 0.1
-    if sweep.data.dataset in ("mnist", "fashion_mnist"):  # scored on the first 2000 of 10000 test images
-        assert outcome.best["test_images"] == 2000, outcome.best
+    if sweep.data.dataset in ("mnist", "fashion_mnist"):  # scored on the first 2000 (or 500) of 10000 test images
+        assert outcome.best["test_images"] == sweep.data.test_subset in (2000, 500), outcome.best
     assert (outcome.folder.best / "model.pt").is_file()
     assert_no_leaks()
 
@@ -110,7 +115,13 @@ def _smoke_run(path, tmp_path):
     return run_sweep(sweep).folder.root
 
 
-SAMPLERS = {"cmaes": "CmaEsSampler", "gp": "GPSampler", "qmc": "QMCSampler", "random": "RandomSampler"}
+SAMPLERS = {
+    "cmaes": "CmaEsSampler",
+    "gp": "GPSampler",
+    "qmc": "QMCSampler",
+    "random": "RandomSampler",
+    "tpe": "TPESampler",
+}
 
 
 @pytest.mark.parametrize("stem", sorted(SEARCHED_IN_PROCESS))
@@ -120,6 +131,8 @@ def test_experiment_searches_in_process(stem):
     from tuner.search import registry, spaces
 
     sweep = load_sweep(str(EXPERIMENTS_DIR / f"{stem}.yaml"), [f"data.root={data_root()}"])
+    if stem == "mnist_auto":  # what auto picked, and why, as the sweep says it first
+        assert sweep.searcher.name == "optuna" and sweep.picked.startswith("auto picked searcher optuna"), sweep.picked
     specs = sweep.param_specs()
     search_alg = registry.build_searcher(sweep, 2)
     scheduler = registry.build_scheduler(sweep, search_alg)
