@@ -20,7 +20,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 EXTRA = {
     "fashion_resnet_asha": ["data.train_subset=500", "data.test_subset=500", "train.batch_size=64"],
     "cifar10_resnet_asha": ["data.dataset=fashion_mnist", "model.name=cnn"],
-    "mnist_model_choice": ["data.train_subset=500", "data.test_subset=500", "train.batch_size=64"],  # ResNet-18 may be drawn
+    # ResNet-18 may be drawn
+    "mnist_model_choice": ["data.train_subset=500", "data.test_subset=500", "train.batch_size=64"],
 }
 RAN: dict[str, object] = {}  # experiment -> its smoke run's folder (the warm start reads one)
 
