@@ -8,12 +8,10 @@ export TUNER_DATA_DIR ?= $(if $(wildcard ../shared/data/MNIST/raw),$(abspath ../
 
 .PHONY: sweep spark test lint clean
 
-# --no-compile: Python compiles what a command imports on first use (and keeps it); compiling
-# every installed file up front (torch's and Ray's tests among them) doubled the install.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
 sweep: $(VENV)/.installed  ## the default sweep: MNIST, ASHA, local Ray, MLflow in runs/mlflow.db; a second run goes to runs/mnist_asha-2
