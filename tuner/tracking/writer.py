@@ -354,13 +354,20 @@ class WriterProcess(_Writer):
         # Ignoring SIGINT and SIGTERM from its first instruction (an ignored signal stays
         # ignored across exec, and Python keeps it so): a Ctrl-C while it imports must not
         # kill it. It stays in the driver's process group, so a SIGKILL to the group ends it.
+        # Until the shell has run its trap, the two are blocked: a child starts with the
+        # blocked set of the thread that forked it, and a blocked signal waits, to be dropped
+        # once ignored. Without that, a stop sent in the shell's first milliseconds killed it.
         command = f"trap '' INT TERM; exec {shlex.quote(sys.executable)} -m tuner.tracking.writer {theirs.fileno()}"
-        self.process = subprocess.Popen(
-            ["/bin/sh", "-c", command],
-            pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self.process = subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # the driver's own, as before
         theirs.close()
         self.connection = Connection(mine.detach())
 
