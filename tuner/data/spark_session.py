@@ -186,6 +186,9 @@ def session(config: Any, app_name: str, java_major_version: int, log: str | None
         with java_output_to(log):  # log4j says its reconfiguration on the JVM's stderr
             started["spark"].sparkContext.setLogLevel("ERROR")
     if "spark" not in started:
+        failed = started.get("error")  # before the end below, whose error is ours, not Spark's
+        with java_output_to(log):  # what the JVMs say as they go
+            _end_a_start_under_way(thread, app_name)
         # No stop_spark here: a failed init_spark has stopped what it began, and one still
         # starting holds RayDP's lock, which RayDP's own exit hook would wait on for ever.
         # What it started is this driver's: it goes when Ray does.
@@ -194,12 +197,11 @@ def session(config: Any, app_name: str, java_major_version: int, log: str | None
         from raydp import context
 
         atexit.unregister(context.stop_spark)
-        if "error" in started:
-            error = started["error"]
-            reason = str(error).strip().splitlines()[-1] if str(error).strip() else ""
+        if failed is not None:
+            reason = str(failed).strip().splitlines()[-1] if str(failed).strip() else ""
             where = f"; its output: {log}" if log else ""
             raise TunerError(
-                f"data.spark.session: Spark did not start ({type(error).__name__}: {reason}){where}"
+                f"data.spark.session: Spark did not start ({type(failed).__name__}: {reason}){where}"
             ) from None
         raise TunerError(
             f"data.spark.session.start_timeout_s: Spark was not up after {spec.start_timeout_s:g} s "
@@ -212,6 +214,22 @@ def session(config: Any, app_name: str, java_major_version: int, log: str | None
     finally:
         with java_output_to(log), contextlib.suppress(Exception):
             raydp.stop_spark()
+
+
+def _end_a_start_under_way(thread: threading.Thread, app_name: str, limit_s: float = 10.0) -> None:
+    """A start still under way at the limit waits in a ``ray.get`` on RayDP's master actor
+    (its JVM starting, on a loaded machine). Left waiting, that call crashed the process at
+    its exit (SIGSEGV) where it had joined a Ray it did not start (a warm one, a cluster):
+    Ray's wait checks for signals through an interpreter already gone. The master is
+    killed, so that the call raises and the thread ends here."""
+    import ray
+    from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
+
+    deadline = time.monotonic() + limit_s
+    while thread.is_alive() and time.monotonic() < deadline:
+        with contextlib.suppress(Exception):  # not created yet, or gone already
+            ray.kill(ray.get_actor(app_name + RAYDP_SPARK_MASTER_SUFFIX))
+        thread.join(0.5)
 
 
 def _executors(spark: Any) -> int:
