@@ -54,6 +54,32 @@ def local_ray():
     stop_ray()  # tuner's own stop: ray.shutdown less its 1 s wait on the monitor
 
 
+@pytest.fixture(scope="module")
+def warm_ray(tmp_path_factory):
+    """A warm local Ray (``tuner ray up``, as a user keeps one between sweeps) that the
+    module's commands join, as theirs do: for modules whose tests are about what a sweep
+    does, not how its Ray starts. A command that joins saves Ray's start and stop, about
+    14 of a ``--smoke`` sweep's 53 CPU-s on 2 cores. Ray's own start, a kill of the whole
+    group with its Ray, and in-process sweeps (``local_ray``) are tested elsewhere with a
+    Ray of their own; tests/cli/test_warm_ray.py tests the warm Ray itself."""
+    import subprocess
+    import sys
+
+    home = tmp_path_factory.mktemp("warm-home")
+    env = {**os.environ, "TUNER_HOME": str(home)}
+    command = [sys.executable, "-m", "tuner", "ray"]
+    up = subprocess.run([*command, "up"], env=env, capture_output=True, text=True, timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    before = os.environ["TUNER_HOME"]
+    os.environ["TUNER_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        os.environ["TUNER_HOME"] = before
+        down = subprocess.run([*command, "down"], env=env, capture_output=True, text=True, timeout=300)
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
 @pytest.fixture(params=["direct", "torch_trainer"])
 def runner(request) -> str:
     """Both ways a one-worker trial runs (scaling.runner): behaviour must be the same."""

@@ -25,7 +25,7 @@ import tuner
 from tuner.folder.records import trial_histories
 from tuner.folder.store import SweepFolder
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900), pytest.mark.usefixtures("warm_ray")]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 NO_REGISTRY = "tracking.mlflow.registry=false"  # a smoke run's model is not the example's real one
@@ -44,7 +44,7 @@ def _env(tmp_path: Path, ray_tmp: Path) -> dict[str, str]:
         **os.environ,
         "TUNER_DATA_DIR": str(data_root()),
         "TUNER_CACHE_DIR": str(tmp_path / "cache"),  # decoded images: not in the user's ~/.cache
-        "RAY_TMPDIR": str(ray_tmp),  # this test's own Ray, stopped by the fixture whatever happens
+        "RAY_TMPDIR": str(ray_tmp),  # a Ray of the test's own where none is warm: stopped by the fixture
     }
 
 

@@ -1,8 +1,9 @@
 """``data.dataset: spark`` as users run it: ``python -m tuner sweep`` with a real Spark
-session that RayDP starts on the command's own local Ray, on Parquet made here from the
-real MNIST files. A prepared sweep (trained, exported, scored on Spark's test split), the
-second sweep on the same input from the cache, a user's function, and the failures that
-must be one line and never a hang."""
+session that RayDP starts on the command's own local Ray (the shipped experiment), or on a
+warm one the command joins (the rest), on Parquet made here from the real MNIST files. A
+prepared sweep (trained, exported, scored on Spark's test split), the second sweep on the
+same input from the cache, a user's function, and the failures that must be one line and
+never a hang."""
 
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ def test_the_shipped_experiment_runs_twice_and_predict_writes_the_csv(parquet, t
     assert correct / 10_000 > 0.5, rows[:3]
 
 
+@pytest.mark.usefixtures("warm_ray")
 def test_a_users_function_prepares_the_frame_the_trials_stream(parquet, tmp_path, monkeypatch):
     """A function's output is not cached (it may change unseen): the sweep keeps it in its
     own folder, as Parquet the trials stream through Ray Data, and the export scores the
@@ -130,6 +132,7 @@ def test_a_users_function_prepares_the_frame_the_trials_stream(parquet, tmp_path
         ),
     ],
 )
+@pytest.mark.usefixtures("warm_ray")  # a Spark start cut short must not crash a driver's exit here (it did: -11)
 def test_a_failure_is_one_line_in_time_and_the_sweep_writes_nothing(parquet, tmp_path, monkeypatch, case, spark, said):
     code = tmp_path / "code"
     code.mkdir()

@@ -16,7 +16,7 @@ from integration_helpers import s3_server, small_sweep, start_sweep, tuner_cli
 from tuner.folder import remote
 from tuner.invocation import tuner_command
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("warm_ray")]
 BUCKET = "tuner-test"  # s3_server's
 
 

@@ -26,7 +26,7 @@ from tuner.folder.records import STATE_COPY_SUFFIX, best_epoch, trial_histories
 from tuner.folder.store import SweepFolder
 from tuner.invocation import tuner_command
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200), pytest.mark.usefixtures("warm_ray")]
 
 
 def _sweep_file(tmp_path: Path, name: str = "it", **sections) -> Path:

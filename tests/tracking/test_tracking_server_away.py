@@ -24,7 +24,7 @@ from integration_helpers import data_root, free_port, start_sweep, tuner_cli, us
 from tuner.folder.records import MLFLOW_BEHIND, trial_histories
 from tuner.folder.store import SweepFolder
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600), pytest.mark.usefixtures("warm_ray")]
 
 # Half a second an epoch; after epoch 3 each trial waits for the test's word (the file
 # RELEASE), so the sweep outlives the server's absence however slowly a loaded machine

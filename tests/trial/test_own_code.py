@@ -36,7 +36,7 @@ from tuner.cli import main
 from tuner.folder.records import trial_histories
 from tuner.folder.store import SweepFolder
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900), pytest.mark.usefixtures("warm_ray")]
 
 MY_MODELS = """
 from torch import nn

@@ -30,7 +30,7 @@ from integration_helpers import (
 from tuner.folder.records import trial_histories
 from tuner.folder.store import SweepFolder
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900), pytest.mark.usefixtures("warm_ray")]
 
 STUDY = """
 import optuna
