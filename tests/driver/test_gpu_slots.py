@@ -59,6 +59,7 @@ def test_a_trial_of_two_workers_with_a_gpu_each_waits_for_two_free_gpus(gpu_ray,
     sweep = SweepConfig.model_validate(
         small_sweep(
             tmp_path,
+            data={"train_subset": 600},  # what counts is where the workers were placed, not the training
             train={"epochs": 1},
             trials={"num_samples": 2},
             scaling={"use_gpu": True, "workers": 2, "gpus_per_worker": 1, "cpus_per_worker": 1},
