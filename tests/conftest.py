@@ -62,13 +62,11 @@ def warm_ray(tmp_path_factory):
     14 of a ``--smoke`` sweep's 53 CPU-s on 2 cores. Ray's own start, a kill of the whole
     group with its Ray, and in-process sweeps (``local_ray``) are tested elsewhere with a
     Ray of their own; tests/cli/test_warm_ray.py tests the warm Ray itself."""
-    import subprocess
-    import sys
+    from integration_helpers import tuner_cli
 
     home = tmp_path_factory.mktemp("warm-home")
-    env = {**os.environ, "TUNER_HOME": str(home)}
-    command = [sys.executable, "-m", "tuner", "ray"]
-    up = subprocess.run([*command, "up"], env=env, capture_output=True, text=True, timeout=300)
+    env = {"TUNER_HOME": str(home)}
+    up = tuner_cli("ray", "up", env=env, timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     before = os.environ["TUNER_HOME"]
     os.environ["TUNER_HOME"] = str(home)
@@ -76,7 +74,7 @@ def warm_ray(tmp_path_factory):
         yield home
     finally:
         os.environ["TUNER_HOME"] = before
-        down = subprocess.run([*command, "down"], env=env, capture_output=True, text=True, timeout=300)
+        down = tuner_cli("ray", "down", env=env, timeout=300)
         assert down.returncode == 0, down.stdout + down.stderr
 
 
