@@ -62,3 +62,31 @@ def test_a_missing_data_set_names_the_folder_and_leaves_nothing_behind(tmp_path)
     with pytest.raises(TunerError, match=r"data set 'fashion_mnist' not found in .*nothing_here/FashionMNIST"):
         load_training_data("fashion_mnist", str(root), val_fraction=0.1, train_subset=None, seed=0, download=False)
     assert not root.exists()
+
+
+@pytest.mark.parametrize("augmented", [False, True])
+def test_a_split_normalised_once_gives_the_batches_normalised_per_step(augmented):
+    # On a GPU the trial's loop normalises the split once (where it fits); the batches
+    # must be the ones a per-batch normalisation gives, and an augmented split stays uint8.
+    from tuner.data.datasets import Split, TrainingData
+    from tuner.trial.loop import InMemoryData
+
+    rng = np.random.default_rng(0)
+    split = Split(rng.integers(0, 256, (300, 1, 28, 28), dtype=np.uint8), rng.integers(0, 10, 300))
+    data = TrainingData("mnist", split, split, (0.1307,), (0.3081,), 10, 1, 28)
+    cpu = torch.device("cpu")
+    per_step = InMemoryData(data, cpu, 0, 1)
+    once = InMemoryData(data, cpu, 0, 1, augmented=augmented, normalise_once=True)
+    assert per_step.train_x.dtype == torch.uint8  # a CPU's default: no float copy per trial
+    assert once.train_x.dtype == (torch.uint8 if augmented else torch.float32)
+    assert once.val_x.dtype == torch.float32
+    flip = (lambda x: x.flip(-1)) if augmented else None
+    pairs = [
+        *zip(per_step.train_batches(3, 1, 64, flip), once.train_batches(3, 1, 64, flip), strict=True),
+        *zip(per_step.val_batches(128), once.val_batches(128), strict=True),
+    ]
+    assert len(pairs) == 5 + 3
+    for (x1, y1), (x2, y2) in pairs:
+        assert x1.dtype == x2.dtype == torch.float32
+        torch.testing.assert_close(x1, x2)
+        assert torch.equal(y1, y2)

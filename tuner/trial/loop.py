@@ -50,13 +50,33 @@ def make_optimizer(model: nn.Module, train: dict[str, Any]) -> torch.optim.Optim
 class InMemoryData:
     """The data on the worker's device, and this rank's share of an epoch."""
 
-    def __init__(self, data: TrainingData, device: torch.device, rank: int, world: int):
+    def __init__(
+        self,
+        data: TrainingData,
+        device: torch.device,
+        rank: int,
+        world: int,
+        *,
+        augmented: bool = False,
+        normalise_once: bool | None = None,
+    ):
         with warnings.catch_warnings():  # object-store arrays are read-only; we never write
             warnings.simplefilter("ignore", UserWarning)
             to = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
             self.train_x, self.train_y = to(data.train.images), to(data.train.labels)
             self.val_x, self.val_y = to(data.val.images), to(data.val.labels)
         self.mean, self.std = data.mean, data.std
+        # On a GPU a light model's step is short enough for the per-batch conversion and
+        # standardisation (four kernels) to show (benchmarks/studies/gpu_step.py): by
+        # default the split is normalised once there, where its float32 copy takes no more
+        # than an eighth of the device's free memory. Augmentation works on uint8 batches,
+        # so the training split then stays uint8.
+        if normalise_once is None:
+            normalise_once = device.type == "cuda" and self._float_copy_fits(device)
+        if normalise_once:
+            self.val_x = normalise(self.val_x, self.mean, self.std)
+            if not augmented:
+                self.train_x = normalise(self.train_x, self.mean, self.std)
         self.rank, self.world, self.device = rank, world, device
         self.per_rank = len(self.train_y) // world  # images a rank trains on per epoch
 
@@ -66,12 +86,18 @@ class InMemoryData:
         order = torch.randperm(len(self.train_y), generator=generator)
         return order[self.rank * self.per_rank : (self.rank + 1) * self.per_rank].to(self.device)
 
+    def _float_copy_fits(self, device: torch.device) -> bool:
+        free, _ = torch.cuda.mem_get_info(device)
+        return 4 * (self.train_x.numel() + self.val_x.numel()) <= free // 8
+
     def batch(self, images: torch.Tensor, labels: torch.Tensor, index: torch.Tensor, augmented: Any = None):
         """Normalised float images and their labels; ``augmented`` changes the uint8 batch first."""
         chosen = images[index]
         if augmented is not None:
             chosen = augmented(chosen)
-        return normalise(chosen, self.mean, self.std), labels[index]
+        if chosen.dtype == torch.uint8:
+            chosen = normalise(chosen, self.mean, self.std)
+        return chosen, labels[index]
 
     def train_batches(self, seed: int, epoch: int, batch_size: int, augmented: Any) -> Iterator[tuple[Any, Any]]:
         indices = self.epoch_indices(seed, epoch)
@@ -138,7 +164,7 @@ def run_training(loop: LoopSettings, session: Session) -> None:
     data = ray.get(loop.data_ref)  # in memory: zero-copy views of the node's one copy
     nodes = _node_ids(world)
     if isinstance(data, TrainingData):
-        shards: InMemoryData | StreamedData = InMemoryData(data, device, rank, world)
+        shards: InMemoryData | StreamedData = InMemoryData(data, device, rank, world, augmented=bool(loop.augment))
     else:
         shards = StreamedData(data, device, rank, world, session.dataset_shard)
 
@@ -218,7 +244,7 @@ def run_training(loop: LoopSettings, session: Session) -> None:
             else:
                 loss.backward()
                 optimizer.step()
-            loss_sum += loss.detach() * len(y)
+            loss_sum.add_(loss.detach(), alpha=len(y))  # one kernel a step, not two
         loop.hooks.after_epoch(loop.trial_id, epoch + 1)
         val_loss, val_accuracy, train_loss = _evaluate(model, shards, loss_fn, amp_dtype, loss_sum, seen * world)
         compute_s = time.perf_counter() - started
