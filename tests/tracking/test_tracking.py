@@ -432,3 +432,54 @@ def test_epochs_of_a_trial_whose_run_the_killed_driver_had_not_recorded_are_writ
     history = client.get_metric_history(run.info.run_id, "val_accuracy")
     assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, 0.6), (3, 0.7), (4, 0.8)]
     assert run.data.params["lr"] == "0.001"
+
+
+def test_a_run_whose_creation_lost_its_answer_is_adopted_when_the_write_is_tried_again(tmp_path):
+    """A tracking server killed as it answered ``create_run`` had made the run: the write,
+    kept and tried again once the server is back, adopts that run (one run per trial, with
+    its values and every epoch), not a second one that leaves the first empty."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from tuner.folder.store import SweepFolder
+    from tuner.tracking.mlflow_outage import unreachable
+    from tuner.tracking.mlflow_runs import SweepRecord
+
+    sweep = SweepConfig.model_validate({"name": "lost", "output_dir": str(tmp_path / "runs")})
+    folder = SweepFolder(tmp_path / "runs" / "lost")
+    (folder.root / "tune").mkdir(parents=True)
+    record = SweepRecord(sweep, folder)
+    record.trial_run("t_00000", {"lr": 0.001})  # a first trial: the store's runs are asked for once here
+
+    real = record.client
+    lost = MlflowException(
+        "API request to http://127.0.0.1:5000/api/2.0/mlflow/runs/create failed with exception "
+        "HTTPConnectionPool(host='127.0.0.1', port=5000): Max retries exceeded with url: /api/2.0/mlflow/runs/create "
+        "(Caused by ProtocolError('Connection aborted.', RemoteDisconnected('Remote end closed connection')))"
+    )
+    assert unreachable(lost)  # what the writer keeps for later, as it did here
+
+    class AnswerLost:  # the run is made; its answer never arrives
+        def __getattr__(self, name):
+            if name != "create_run":
+                return getattr(real, name)
+
+            def create_run(*args, **kwargs):
+                real.create_run(*args, **kwargs)
+                raise lost
+
+            return create_run
+
+    record.client = AnswerLost()
+    with pytest.raises(MlflowException):
+        record.trial_run("t_00001", {"lr": 0.002})
+    record.client = real  # the server is back: the kept write again
+    run_id = record.trial_run("t_00001", {"lr": 0.002})
+    record.log_result("t_00001", {"lr": 0.002}, {"training_iteration": 1, "val_accuracy": 0.5})
+    record.flush()
+
+    client = MlflowClient(record.uri)
+    runs = client.search_runs([record.experiment_id], "tags.tuner.trial_id = 't_00001'")
+    assert [run.info.run_id for run in runs] == [run_id]
+    assert runs[0].data.params == {"lr": "0.002"}
+    assert [m.step for m in client.get_metric_history(run_id, "val_accuracy")] == [1]

@@ -85,6 +85,7 @@ class SweepRecord:
         # Runs a killed driver made but had not yet saved in mlflow.json can only exist
         # under a parent run made before this one started.
         self._orphans: dict[str, str] | None = None if state.get("parent_run_id") else {}
+        self.unanswered: set[str] = set()  # trials whose run's creation failed (see _new_trial_run)
         self.parent_artifacts: str = state.get("parent_artifacts", "")  # the parent run's artifact URI
         self.parent_run_id = state.get("parent_run_id") or self._start_parent()
         if not self.parent_artifacts:  # a sweep recorded before the URI was kept
@@ -155,13 +156,27 @@ class SweepRecord:
         """The trial's child run, created once (a restarted trial keeps its run)."""
         if trial_id in self.trials:
             return self.trials[trial_id]
-        run_id = self._run_saved_too_late(trial_id) or self._new_trial_run(trial_id, config)
+        run_id = self._run_saved_too_late(trial_id)
+        if run_id is not None and trial_id in self.unanswered:  # made, but its values may not be
+            self.unanswered.discard(trial_id)
+            self._log_new_params(trial_id, run_id, config)
+        run_id = run_id or self._new_trial_run(trial_id, config)
         # Epochs a killed driver had for this trial before its run was recorded (backfill).
         for row in self.unrecorded.pop(trial_id, []):
             self.log_result(trial_id, {}, row, stamp=row.get("reported_at"))
         return run_id
 
     def _new_trial_run(self, trial_id: str, config: dict[str, Any]) -> str:
+        try:
+            return self._create_trial_run(trial_id, config)
+        except Exception:
+            # A server that went away as it answered may have made the run all the same (a
+            # tracking server killed mid-request did): the write is tried again once it is
+            # back, and must adopt that run, not make a second one with none of the epochs.
+            self._orphans, self.unanswered = None, self.unanswered | {trial_id}
+            raise
+
+    def _create_trial_run(self, trial_id: str, config: dict[str, Any]) -> str:
         run = self.client.create_run(
             self.experiment_id,
             run_name=trial_id,
