@@ -48,6 +48,28 @@ def test_a_server_that_cannot_be_reached_is_away_and_a_bad_request_is_not():
     assert mlflow_outage.unreachable(ValueError("Max retries exceeded")) is None  # not MLflow's: a bug of ours
 
 
+def test_an_answer_cut_off_as_the_server_dies_is_away():
+    # A server killed as it answered: its headers sent, then the connection closed mid-body.
+    # Taken for a bug, this error stopped a sweep (exit 1) the moment its server went away.
+    with socket.socket() as dying:
+        dying.bind(("127.0.0.1", 0))
+        dying.listen(8)
+
+        def answer_half():
+            taken, _ = dying.accept()
+            with taken:
+                taken.recv(65536)
+                taken.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+
+        threading.Thread(target=answer_half, daemon=True).start()
+        uri = f"http://127.0.0.1:{dying.getsockname()[1]}"
+        with pytest.raises(MlflowException) as raised:
+            http_request(get_default_host_creds(uri), "/api/2.0/mlflow/runs/create", "POST", json={}, max_retries=0)
+    assert "Connection broken" in str(raised.value)
+    assert mlflow_outage.unreachable(raised.value) == "no answer"
+    assert mlflow_outage.unreachable(requests.exceptions.ChunkedEncodingError("ended")) == "ChunkedEncodingError"
+
+
 def test_a_probe_answers_within_its_timeout_whatever_the_server_does():
     assert not mlflow_outage.answers(_closed_port())  # refused: at once
     with socket.socket() as silent:  # accepts (the backlog) and never answers: a hung server

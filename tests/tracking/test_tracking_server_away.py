@@ -144,7 +144,9 @@ class Sweep:
     def wait_for(self, what: str, condition, timeout_s: float = 180) -> None:
         deadline = time.monotonic() + timeout_s
         while not condition():
-            assert self.process.poll() is None, f"the sweep ended before {what}:\n{self.console()[-3000:]}"
+            if self.process.poll() is not None:
+                said = self.console()[-3000:] + self.process.stderr.read()[-3000:]
+                raise AssertionError(f"the sweep ended ({self.process.returncode}) before {what}:\n{said}")
             assert time.monotonic() < deadline, f"no {what} in {timeout_s:g} s:\n{self.console()[-3000:]}"
             time.sleep(0.2)
 

@@ -49,9 +49,12 @@ def unreachable(error: BaseException) -> str | None:
     import requests
 
     text = str(error)
-    if isinstance(error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
+    away = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.ChunkedEncodingError)
+    if isinstance(error, away):
         return type(error).__name__
+    # "Connection broken": an answer cut off as the server died (a killed server did, mid-body)
     markers = ("Max retries exceeded", "Connection refused", "timed out", "Failed to establish", "too many 5")
+    markers += ("Connection broken", "Connection aborted", "Connection reset")
     if type(error).__name__ == "MlflowException" and "API request to" in text and any(m in text for m in markers):
         return "connection refused" if "refused" in text else "no answer"
     return None
