@@ -167,28 +167,24 @@ class SweepRecord:
         return run_id
 
     def _new_trial_run(self, trial_id: str, config: dict[str, Any]) -> str:
+        tags = {
+            "mlflow.parentRunId": self.parent_run_id,
+            "tuner.kind": "trial",
+            "tuner.trial_id": trial_id,
+            "tuner.status": "running",
+            "tuner.sweep": self.sweep.name,
+        }
         try:
-            return self._create_trial_run(trial_id, config)
+            run = self.client.create_run(self.experiment_id, run_name=trial_id, tags=tags)
+            _log_params(self.client, run.info.run_id, config)
         except Exception:
             # A server that went away as it answered may have made the run all the same (a
             # tracking server killed mid-request did): the write is tried again once it is
-            # back, and must adopt that run, not make a second one with none of the epochs.
-            self._orphans, self.unanswered = None, self.unanswered | {trial_id}
+            # back, and must adopt that run (_run_saved_too_late, asked again), not make a
+            # second one with none of the epochs.
+            self._orphans = None
+            self.unanswered.add(trial_id)
             raise
-
-    def _create_trial_run(self, trial_id: str, config: dict[str, Any]) -> str:
-        run = self.client.create_run(
-            self.experiment_id,
-            run_name=trial_id,
-            tags={
-                "mlflow.parentRunId": self.parent_run_id,
-                "tuner.kind": "trial",
-                "tuner.trial_id": trial_id,
-                "tuner.status": "running",
-                "tuner.sweep": self.sweep.name,
-            },
-        )
-        _log_params(self.client, run.info.run_id, config)
         self.params_logged[trial_id] = set(config)
         self.trials[trial_id] = run.info.run_id
         self.unsaved = True  # saved with the next flush: a resumed sweep adopts a run it lost (_run_saved_too_late)
