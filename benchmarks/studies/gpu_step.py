@@ -28,7 +28,7 @@ import time
 import torch
 from torch import nn
 
-from tuner.data.datasets import DATASETS, load_split, normalise, resolve_root, split_indices
+from tuner.data.datasets import DATASETS, Split, TrainingData, load_split, normalise, resolve_root, split_indices
 from tuner.models.builtin import MnistCnn
 from tuner.trial.loop import InMemoryData
 
@@ -45,16 +45,9 @@ def main() -> None:
     train_idx, val_idx = split_indices(len(full), val_fraction=0.1, train_subset=2000 if args.cpu else None, seed=0)
     info = DATASETS["mnist"]
 
-    class Data:  # what InMemoryData reads from the object store's TrainingData
-        class train:
-            images, labels = full.images[train_idx], full.labels[train_idx]
-
-        class val:
-            images, labels = full.images[val_idx], full.labels[val_idx]
-
-        mean, std = info.mean, info.std
-
-    shards = InMemoryData(Data, device, 0, 1)
+    train = Split(full.images[train_idx], full.labels[train_idx])
+    val = Split(full.images[val_idx], full.labels[val_idx])
+    shards = InMemoryData(TrainingData("mnist", train, val, info.mean, info.std, 10, 1, 28), device, 0, 1)
     floats = normalise(shards.train_x, info.mean, info.std)  # raw's one normalised copy
     amp = torch.bfloat16 if device.type == "cuda" else None
 
