@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,6 +21,7 @@ from integration_helpers import (
 )
 
 from tuner.folder.records import trial_histories
+from tuner.results.summaries import all_results, open_sweep
 from tuner.folder.store import SweepFolder
 from tuner.invocation import tuner_command
 
@@ -51,6 +53,17 @@ def test_a_trial_that_raises_resumes_from_its_checkpoint(tmp_path, ray_tmp):
     assert rows[1]["resumed_from"] == trial_id  # epoch 2 ran again from epoch 1's checkpoint
     assert rows[0]["resumed_from"] == ""
     assert mlflow_children(root) == {trial_id: [1, 2, 3]}
+
+    # The trial kept its checkpoints in its own folder, and Tune was told of none (no `save`
+    # round trip after each report): the retry found epoch 1's there, and the export the best.
+    sweep_config, folder = open_sweep(str(root))
+    (result,) = all_results(sweep_config, folder)
+    assert result.best_checkpoints == []
+    assert [r["checkpoint_dir_name"] for r in rows] == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
+    exported = json.loads((root / "best" / "metrics.json").read_text())
+    best_row = max(rows, key=lambda r: r["val_accuracy"])
+    assert exported["checkpoint"] == str(Path(result.path) / best_row["checkpoint_dir_name"])
+    assert exported["epoch"] == best_row["epoch"]
 
 
 def test_a_killed_sweep_resumes_to_the_true_best(tmp_path, ray_tmp, runner):

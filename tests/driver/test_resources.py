@@ -177,3 +177,23 @@ def test_two_sweeps_on_one_machine_lend_its_spare_cores_once(tmp_path):
         other.wait()
     with machine_cores.ledger(tmp_path) as ledger:
         assert machine_cores.others_use(ledger, os.getpid()) == 0
+
+
+@pytest.mark.parametrize(
+    "scheduler, runner, trials_dir, own",
+    [
+        ("fifo", "direct", "/runs/it/tune", True),
+        ("asha", "direct", "/runs/it/tune", True),
+        ("median", "direct", "/runs/it/tune", True),
+        ("hyperband", "direct", "/runs/it/tune", False),  # pauses trials: Tune saves and restores them
+        ("pbt", "direct", "/runs/it/tune", False),  # clones one trial's checkpoint into another
+        ("asha", "torch_trainer", "/runs/it/tune", False),  # Ray Train's checkpoints, relayed
+        ("asha", "direct", None, False),  # a sweep at a storage URI: Tune's storage holds them
+    ],
+)
+def test_trials_keep_their_own_checkpoints_only_where_no_scheduler_moves_them(scheduler, runner, trials_dir, own):
+    space = {"params": {"lr": {"loguniform": [1e-4, 1e-1]}}}
+    sweep = SweepConfig.model_validate(
+        {"name": "r", "scheduler": {"name": scheduler}, "scaling": {"runner": runner}, "space": space}
+    )
+    assert TrialSetup.of(sweep, trials_dir=trials_dir).own_checkpoints is own

@@ -290,6 +290,39 @@ def test_an_ended_trial_keeps_its_best_checkpoints_and_its_last(tmp_path):
     assert prune_checkpoints(pyarrow.fs.LocalFileSystem(), str(tmp_path / "gone"), kept) == 0
 
 
+def test_a_trials_own_checkpoints_appear_whole_and_the_newest_is_resumed(tmp_path):
+    """A trial that keeps its own checkpoints (no Tune `save` round trip: tuner.trial.runner's
+    _TuneSession) copies each into its folder under Tune's name, whole or not at all; a
+    restart resumes the newest, at the iteration after it."""
+    import pyarrow.fs
+
+    from tuner.folder.records import prune_checkpoints
+    from tuner.trial.session import latest_own_checkpoint, write_own_checkpoint
+
+    trial, state = tmp_path / "trial_driver_00000", tmp_path / "state"
+    trial.mkdir()
+    state.mkdir()
+    assert latest_own_checkpoint(trial) is None and latest_own_checkpoint(None) is None
+    for epoch in (1, 2):
+        (state / "checkpoint.pt").write_bytes(f"epoch {epoch}".encode())
+        assert write_own_checkpoint(trial, state, epoch) == f"checkpoint_{epoch - 1:06d}"
+    (trial / ".checkpoint_000002.999.part").mkdir()  # a copy its killed process never finished
+    (trial / "checkpoint_notes").mkdir()  # not a checkpoint's name
+    path, iteration = latest_own_checkpoint(trial)
+    assert (path.name, iteration) == ("checkpoint_000001", 2)
+    assert (path / "checkpoint.pt").read_bytes() == b"epoch 2"
+
+    (state / "checkpoint.pt").write_bytes(b"epoch 2 again")  # a restart ran epoch 2 again
+    write_own_checkpoint(trial, state, 2)
+    assert (trial / "checkpoint_000001" / "checkpoint.pt").read_bytes() == b"epoch 2 again"
+    assert (state / "checkpoint.pt").is_file()  # copied: the trial's folder was its own to reuse
+
+    # An ended trial keeps its kept ones; the half-copied folder goes with the others.
+    kept = {"checkpoint_000001", "checkpoint_notes"}
+    assert prune_checkpoints(pyarrow.fs.LocalFileSystem(), str(trial), kept) == 2
+    assert sorted(p.name for p in trial.iterdir()) == ["checkpoint_000001", "checkpoint_notes"]
+
+
 def test_a_trial_error_tune_kept_as_text_is_read_for_a_full_disk_too(tmp_path):
     """Tune gives a trial's error as a string where it could not keep the exception (a trial
     process it could not reuse): read as the text it is, not followed to a cause it lacks."""

@@ -25,6 +25,7 @@ from tuner.folder.store import (
     read_json_lines,
     write_atomic,
 )
+from tuner.trial.session import OWN_CHECKPOINT
 
 TRIAL_METRICS = ("train_loss", "val_loss", "val_accuracy", "lr", "compute_s", "images_per_s")
 HISTORY_KEYS = (
@@ -61,6 +62,7 @@ NOT_METRICS = {
     "pid",
     "done",
     "should_checkpoint",
+    OWN_CHECKPOINT,
     "experiment_tag",
     "date",
     "hostname",
@@ -101,6 +103,8 @@ def append_history(folder: SweepFolder, trial_id: str, result: dict[str, Any]) -
     path = history_file(folder, trial_id)
     step = int(result["training_iteration"])
     row = {key: _plain(result[key]) for key in (*HISTORY_KEYS, *trial_metrics(result)) if key in result}
+    if result.get(OWN_CHECKPOINT):  # the trial's own (Tune's key names only those Tune kept)
+        row["checkpoint_dir_name"] = result[OWN_CHECKPOINT]
     row["reported_at"] = time.time()  # when the driver had it: the report's wall-time axis
     rows = read_json_lines(path)
     if any(old["training_iteration"] >= step for old in rows):
@@ -339,14 +343,17 @@ def kept_checkpoints(rows: list[dict[str, Any]], keep: int, metric: str, mode: s
 
 
 def prune_checkpoints(filesystem: Any, trial_path: str, kept: set[str]) -> int:
-    """Delete a trial's checkpoint folders other than ``kept``; returns how many."""
+    """Delete a trial's checkpoint folders other than ``kept``, and any half-copied one of its
+    own that a killed trial left (tuner.trial.session.write_own_checkpoint); returns how many."""
     import pyarrow.fs
 
     found = filesystem.get_file_info(pyarrow.fs.FileSelector(trial_path, allow_not_found=True))
     gone = 0
     for info in found:
-        if info.type == pyarrow.fs.FileType.Directory and info.base_name.startswith("checkpoint_"):
-            if info.base_name not in kept:
+        name = info.base_name
+        half_copied = name.startswith(".checkpoint_") and name.endswith(".part")
+        if info.type == pyarrow.fs.FileType.Directory and (name.startswith("checkpoint_") or half_copied):
+            if name not in kept:
                 filesystem.delete_dir(info.path)
                 gone += 1
     return gone

@@ -151,7 +151,9 @@ def best_trial_checkpoint(
     best = next((r for r in results if r.metrics and r.metrics.get("trial_id") == best_row.trial_id), None)
     if best is None:
         raise TunerError(f"{folder.where}: trial {best_row.trial_id} is not in the Tune experiment; nothing to export")
-    scored = [(c, m) for c, m in best.best_checkpoints if metric in m]
+    scored = [(c, m) for c, m in best.best_checkpoints if metric in m] or _written_by_trial(
+        best, histories[best_row.trial_id], metric
+    )
     chosen = {"selected_by": best_row.rule} if best_row.rule else {}
     if not scored and not required:
         return best, None, {**best_row.row, "trial_id": best_row.trial_id, **chosen}
@@ -161,6 +163,19 @@ def best_trial_checkpoint(
     pick = max if mode == "max" else min
     checkpoint, metrics = pick(at_epoch or scored, key=lambda pair: pair[1][metric])
     return best, checkpoint, {**metrics, **chosen}
+
+
+def _written_by_trial(result: Any, rows: list[dict[str, Any]], metric: str) -> list[tuple[Any, dict[str, Any]]]:
+    """The checkpoints a trial wrote into its own folder (tuner.trial.session.write_own_checkpoint;
+    Tune knows none of them), each with its epoch's history row, as Tune pairs its own."""
+    from ray import tune
+
+    found = []
+    for row in rows:
+        name = row.get("checkpoint_dir_name")
+        if name and metric in row and (Path(result.path) / name).is_dir():
+            found.append((tune.Checkpoint.from_directory(str(Path(result.path) / name)), row))
+    return found
 
 
 def export_best(

@@ -32,13 +32,16 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.trial.own import OwnLoop, run_own
 from tuner.trial.session import (
+    OWN_CHECKPOINT,
     RANKS_DIR,
     LoopSettings,
     Session,
     TrialHooks,
+    latest_own_checkpoint,
     load_state,
     note_rank,
     touch_alive,
+    write_own_checkpoint,
 )
 from tuner.usercode.snapshot import CodeSnapshot, put_first_on_path
 
@@ -73,6 +76,9 @@ class TrialSetup:
     own: OwnLoop | None = None  # the user's training function or command runs instead of the loop
     code: CodeSnapshot | None = None  # the user's code folder, shipped to every trial
     trials_dir: str | None = None  # the sweep's tune/ folder, where every node sees it (None at a URI)
+    # a direct trial under a scheduler that never moves one: it writes its checkpoints into its
+    # folder and tells Tune only its metrics (see _TuneSession.report); else Tune keeps them
+    own_checkpoints: bool = False
     measure_latency: bool = False  # latency_ms is an objective or constrained: time inference after each epoch
     # trials.stall_timeout_s as a number: also how long a DDP rank waits in a collective
     # (torch.distributed's timeout) before it raises; None: Ray Train's own (30 min)
@@ -108,6 +114,7 @@ class TrialSetup:
                 function=function,
             )
         stall = sweep.trials.stall_timeout_s
+        moves_trials = sweep.scheduler.pauses_trials or sweep.scheduler.clones_checkpoints
         return cls(
             model_name=sweep.model.name,
             model_defaults=sweep.model.model_dump(exclude={"name"}),
@@ -125,6 +132,7 @@ class TrialSetup:
             measure_latency="latency_ms"
             in (sweep.metric, *(o.metric for o in sweep.objectives), *(c.metric for c in sweep.parsed_constraints)),
             collective_timeout_s=stall if isinstance(stall, (int, float)) else None,
+            own_checkpoints=sweep.scaling.direct and not moves_trials and run.get("trials_dir") is not None,
             **run,
         )
 
@@ -238,7 +246,7 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         else None,
     )
     if setup.direct:
-        run_loop(loop, _TuneSession(setup.use_gpu, setup.trials_dir))
+        run_loop(loop, _TuneSession(setup.use_gpu, setup.trials_dir, setup.own_checkpoints))
     else:
         loop.resume_from = tune.get_checkpoint()  # a Checkpoint (local or at a URI), or None
         _fit_torch_trainer(loop, setup, trial_id)
@@ -377,9 +385,11 @@ class _TuneSession(Session):
 
     rank, world = 0, 1
 
-    def __init__(self, use_gpu: bool, trials_dir: str | None = None):
+    def __init__(self, use_gpu: bool, trials_dir: str | None = None, own_checkpoints: bool = False):
         self.trials_dir = trials_dir
         self.use_gpu = use_gpu
+        self.own_checkpoints = own_checkpoints and trials_dir is not None
+        self.reports = 0  # by this (re)start
         if use_gpu:  # the current CUDA device is set before the user's code or the loop runs
             self.device  # noqa: B018
 
@@ -396,7 +406,22 @@ class _TuneSession(Session):
     def resume_checkpoint(self) -> Any:
         from ray import tune
 
-        return tune.get_checkpoint()  # PBT exploit, retry, HyperBand resume, sweep resume
+        if self._own_start is None:
+            return tune.get_checkpoint()  # PBT exploit, retry, HyperBand resume, sweep resume
+        path, _ = self._own_start
+        return tune.Checkpoint.from_directory(str(path)) if path is not None else None
+
+    @functools.cached_property
+    def _own_start(self) -> tuple[Path | None, int] | None:
+        """Where a trial that keeps its own checkpoints starts: its newest checkpoint folder
+        (a retry, a resumed sweep) and the iteration it was taken at, or (None, 0); None
+        where Tune keeps the checkpoints (the sweep's scheduler moves trials, or Tune holds
+        one for this trial: a sweep begun before trials kept their own)."""
+        from ray import tune
+
+        if not self.own_checkpoints or tune.get_checkpoint() is not None:
+            return None
+        return latest_own_checkpoint(self.trial_dir()) or (None, 0)
 
     def resume_state(self) -> dict[str, Any] | None:
         checkpoint = self.resume_checkpoint()
@@ -441,6 +466,17 @@ class _TuneSession(Session):
 
         from tuner.trial.tune_api import tune_report
 
+        if self._own_start is not None:
+            # The trial's own checkpoint, in its folder: no Tune `save` round trip after the
+            # report, no copy through Tune's storage. Tune counts iterations from 1 at every
+            # (re)start without a checkpoint of its own, so the trial counts them itself.
+            self.reports += 1
+            iteration = self._own_start[1] + self.reports
+            metrics = {**metrics, "training_iteration": iteration}
+            if checkpoint_dir:
+                metrics[OWN_CHECKPOINT] = write_own_checkpoint(self.trial_dir(), checkpoint_dir, iteration)
+            tune_report(metrics)
+            return
         # Tune copies the folder into the trial's storage before report returns.
         checkpoint = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
         tune_report(metrics, checkpoint=checkpoint)  # Ray Tune's own (a user's Ray Tune function has ours)

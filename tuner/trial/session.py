@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +22,12 @@ if TYPE_CHECKING:  # imported where a checkpoint is read or written: a user's fu
     from torch import nn
 
 CHECKPOINT_FILE = "checkpoint.pt"
+# A checkpoint folder in the trial's folder, named as Tune names its own (index = training
+# iteration - 1 for those a trial writes itself: tuner.trial.runner's _TuneSession).
+CHECKPOINT_NAME = re.compile(r"checkpoint_(\d{6,})")
+# The result's key naming such a folder (Tune sets its own checkpoint_dir_name to None when it
+# was given no checkpoint); the history records it as checkpoint_dir_name all the same.
+OWN_CHECKPOINT = "own_checkpoint"
 
 
 @dataclasses.dataclass
@@ -147,3 +155,31 @@ def report_epoch(
         if state is not None:
             torch.save({**state, "epoch": epoch, "trial_id": trial}, Path(folder) / CHECKPOINT_FILE)
         session.report(metrics, folder if state is not None else None)
+
+
+def write_own_checkpoint(trial_dir: Path, source: str | os.PathLike, iteration: int) -> str:
+    """Copy the folder ``source`` into the trial's folder as the checkpoint of ``iteration``;
+    returns its name. It appears whole or not at all (copied beside it, then renamed); an
+    epoch run again after a restart replaces the one it repeats."""
+    name = f"checkpoint_{iteration - 1:06d}"
+    staging = trial_dir / f".{name}.{os.getpid()}.part"  # not a checkpoint_* name: never found half-written
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    final = trial_dir / name
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    return name
+
+
+def latest_own_checkpoint(trial_dir: Path | None) -> tuple[Path, int] | None:
+    """The newest checkpoint folder in the trial's folder and the training iteration it was
+    taken at (its name's index + 1), or None."""
+    found = []
+    for path in trial_dir.iterdir() if trial_dir is not None and trial_dir.is_dir() else ():
+        if (match := CHECKPOINT_NAME.fullmatch(path.name)) and path.is_dir():
+            found.append((int(match.group(1)), path))
+    if not found:
+        return None
+    index, path = max(found)
+    return path, index + 1
