@@ -21,9 +21,9 @@ from integration_helpers import (
 )
 
 from tuner.folder.records import trial_histories
-from tuner.results.summaries import all_results, open_sweep
 from tuner.folder.store import SweepFolder
 from tuner.invocation import tuner_command
+from tuner.results.summaries import all_results, open_sweep
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
