@@ -312,6 +312,19 @@ def test_a_trials_own_checkpoints_appear_whole_and_the_newest_is_resumed(tmp_pat
     assert (path.name, iteration) == ("checkpoint_000001", 2)
     assert (path / "checkpoint.pt").read_bytes() == b"epoch 2"
 
+    # Killed after its checkpoint was written, before its report reached the driver: the
+    # history holds epoch 1 only, so a restart resumes from epoch 1's and runs epoch 2 again.
+    from tuner.folder.records import append_history, recorded_checkpoints
+
+    sweep = SweepFolder(tmp_path)
+    append_history(sweep, "t1", {"training_iteration": 1, "val_accuracy": 0.5, "own_checkpoint": "checkpoint_000000"})
+    append_history(sweep, "t1", {"training_iteration": 2, "val_accuracy": 0.6})  # (a report without one)
+    assert recorded_checkpoints(tmp_path, "t1") == {"checkpoint_000000"}
+    assert recorded_checkpoints(tmp_path, "t2") == set()
+    path, iteration = latest_own_checkpoint(trial, recorded_checkpoints(tmp_path, "t1"))
+    assert (path.name, iteration) == ("checkpoint_000000", 1)
+    assert latest_own_checkpoint(trial, set()) is None
+
     (state / "checkpoint.pt").write_bytes(b"epoch 2 again")  # a restart ran epoch 2 again
     write_own_checkpoint(trial, state, 2)
     assert (trial / "checkpoint_000001" / "checkpoint.pt").read_bytes() == b"epoch 2 again"

@@ -4,6 +4,12 @@ atomic and locked writes, the history, the timeline, the trial -> run map and "b
 import os
 from pathlib import Path
 
+# A result's key naming the checkpoint folder a trial wrote into its own folder itself
+# (tuner.trial.session.write_own_checkpoint; Tune sets its checkpoint_dir_name to None when
+# it was given none): folder.records keeps it in the history as checkpoint_dir_name. Here,
+# not there, so that a trial's process does not import the records to name it.
+OWN_CHECKPOINT = "own_checkpoint"
+
 
 def cache_root() -> Path:
     """Where tuner keeps what it can make again (decoded data sets, working copies of remote

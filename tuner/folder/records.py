@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.folder import OWN_CHECKPOINT, pareto
 from tuner.folder import constraints as constraining
-from tuner.folder import pareto
 from tuner.folder.store import (
     SweepFolder,
     append_line,
@@ -25,7 +25,6 @@ from tuner.folder.store import (
     read_json_lines,
     write_atomic,
 )
-from tuner.trial.session import OWN_CHECKPOINT
 
 TRIAL_METRICS = ("train_loss", "val_loss", "val_accuracy", "lr", "compute_s", "images_per_s")
 HISTORY_KEYS = (
@@ -116,6 +115,14 @@ def append_history(folder: SweepFolder, trial_id: str, result: dict[str, Any]) -
         return False
     append_line(path, row)
     return True
+
+
+def recorded_checkpoints(root: str | Path, trial_id: str) -> set[str]:
+    """The checkpoint folders of a trial whose epochs the sweep's history holds (``root``: the
+    sweep folder on this machine's disk): what a restarted trial that keeps its own may
+    resume from (tuner.trial.session.latest_own_checkpoint)."""
+    rows = read_json_lines(history_file(SweepFolder(Path(root)), trial_id))
+    return {row["checkpoint_dir_name"] for row in rows if row.get("checkpoint_dir_name")}
 
 
 def trial_histories(folder: SweepFolder) -> dict[str, list[dict[str, Any]]]:

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuner.folder import OWN_CHECKPOINT
 from tuner.trial.own import OwnLoop, run_own
 from tuner.trial.session import (
-    OWN_CHECKPOINT,
     RANKS_DIR,
     LoopSettings,
     Session,
@@ -421,7 +421,13 @@ class _TuneSession(Session):
 
         if not self.own_checkpoints or tune.get_checkpoint() is not None:
             return None
-        return latest_own_checkpoint(self.trial_dir()) or (None, 0)
+        folder = self.trial_dir()
+        if latest_own_checkpoint(folder) is None:
+            return None, 0  # a first start (the history is not read: nothing to check)
+        from tuner.folder.records import recorded_checkpoints
+
+        recorded = recorded_checkpoints(Path(self.trials_dir).parent, tune.get_context().get_trial_id())
+        return latest_own_checkpoint(folder, recorded) or (None, 0)
 
     def resume_state(self) -> dict[str, Any] | None:
         checkpoint = self.resume_checkpoint()

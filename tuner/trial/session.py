@@ -25,9 +25,6 @@ CHECKPOINT_FILE = "checkpoint.pt"
 # A checkpoint folder in the trial's folder, named as Tune names its own (index = training
 # iteration - 1 for those a trial writes itself: tuner.trial.runner's _TuneSession).
 CHECKPOINT_NAME = re.compile(r"checkpoint_(\d{6,})")
-# The result's key naming such a folder (Tune sets its own checkpoint_dir_name to None when it
-# was given no checkpoint); the history records it as checkpoint_dir_name all the same.
-OWN_CHECKPOINT = "own_checkpoint"
 
 
 @dataclasses.dataclass
@@ -172,12 +169,16 @@ def write_own_checkpoint(trial_dir: Path, source: str | os.PathLike, iteration: 
     return name
 
 
-def latest_own_checkpoint(trial_dir: Path | None) -> tuple[Path, int] | None:
+def latest_own_checkpoint(trial_dir: Path | None, recorded: set[str] | None = None) -> tuple[Path, int] | None:
     """The newest checkpoint folder in the trial's folder and the training iteration it was
-    taken at (its name's index + 1), or None."""
+    taken at (its name's index + 1), or None. ``recorded``: only those whose epochs the
+    sweep's history holds: a checkpoint written just before its process was killed, whose
+    report never reached the driver, is not resumed from (its epoch runs again, as it would
+    under Tune, which knows a checkpoint only by its report)."""
     found = []
     for path in trial_dir.iterdir() if trial_dir is not None and trial_dir.is_dir() else ():
-        if (match := CHECKPOINT_NAME.fullmatch(path.name)) and path.is_dir():
+        match = CHECKPOINT_NAME.fullmatch(path.name)
+        if match and path.is_dir() and (recorded is None or path.name in recorded):
             found.append((int(match.group(1)), path))
     if not found:
         return None
