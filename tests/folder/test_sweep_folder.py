@@ -169,6 +169,8 @@ def test_two_sweeps_at_once_in_one_output_folder_both_complete(tmp_path, ray_tmp
         assert "database is locked" not in stderr
     for name in ("left", "right"):
         root = tmp_path / "runs" / name
+        # its own Tune state only: two sweeps whose experiments began in one second staged both in one folder
+        assert len(list((root / "tune").glob("experiment_state-*.json"))) == 1
         histories = trial_histories(SweepFolder(root))
         assert len(histories) == 2 and all(len(rows) == 2 for rows in histories.values())
         assert _agree(root)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from tuner.driver import machine_cores
+from tuner.driver import machine_cores, tune_start
 from tuner.driver.progress import showing
 from tuner.folder.records import (
     append_history,
@@ -53,6 +53,9 @@ class SweepRecords(HoldsFolder, Callback):
 
     def __getstate__(self) -> dict[str, Any]:  # pickled with the sweep, before any trial
         return {**self.__dict__, "state_seen": {}, "next_prune": 0.0, "ended": []}
+
+    def setup(self, **info):  # Tune has made its experiment: another sweep on this Ray may begin its own
+        tune_start.begun()
 
     def on_step_end(self, iteration, trials, **info):
         keep_state_copy(current(self.folder), self.state_seen)

@@ -32,6 +32,7 @@ from tuner.driver.plan import concurrent_trials, decide_gpu, describe, earlier_r
 from tuner.driver.progress import show
 from tuner.driver.run import Mode, Run
 from tuner.driver.signals import SweepInterrupted, ray_output, stop_cleanly_on_ctrl_c
+from tuner.driver.tune_start import a_second_of_its_own, ray_session_dir
 from tuner.driver.warm_start import earlier_trials
 from tuner.errors import NoFeasibleTrial, TunerError
 from tuner.folder import records, remote, store
@@ -356,6 +357,7 @@ def _run(run: Run) -> SweepOutcome:
         stop_cleanly_on_ctrl_c() as interrupted,
         reporter if not verbose else contextlib.nullcontext(),
         ray_output(verbose),
+        a_second_of_its_own(ray_session_dir()),  # until Tune has made its experiment (SweepRecords.setup)
     ):
         results = tuner.fit()
     del data_ref
