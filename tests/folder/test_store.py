@@ -195,6 +195,23 @@ def test_an_epoch_re_run_after_a_crash_replaces_the_lost_ones(tmp_path):
     assert [(r["training_iteration"], r["val_loss"]) for r in trial_histories(folder)["t"]] == [(1, 1.0), (2, 0.4)]
 
 
+def test_the_drivers_last_epochs_spare_reading_the_history_back_yet_see_a_re_run(tmp_path, monkeypatch):
+    from tuner.folder import records
+
+    folder = SweepFolder(tmp_path)
+    append_history(folder, "t", {"training_iteration": 1, "val_loss": 1.0})  # an earlier run of the sweep
+    reads, read = [], records.read_json_lines
+    monkeypatch.setattr(records, "read_json_lines", lambda path: reads.append(path) or read(path))
+    last_epochs: dict[str, int] = {}
+    for step, loss in ((2, 0.5), (3, 0.4), (2, 0.45), (3, 0.35)):  # a restart re-runs epochs 2 and 3
+        append_history(folder, "t", {"training_iteration": step, "val_loss": loss}, last_epochs)
+    assert len(reads) == 2  # the run's first epoch of the trial, and the re-run; not the others
+    assert last_epochs == {"t": 3}
+    assert [(r["training_iteration"], r["val_loss"]) for r in trial_histories(folder)["t"]] == [
+        (1, 1.0), (2, 0.45), (3, 0.35)
+    ]  # fmt: skip
+
+
 # --- corrupt records: one line naming the file ------------------------------------------------
 @pytest.mark.parametrize(
     "text, message",

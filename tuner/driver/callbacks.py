@@ -50,9 +50,13 @@ class SweepRecords(HoldsFolder, Callback):
         self.state_seen: dict[str, float] = {}
         self.next_prune = 0.0  # (listing tune/ is not free at thousands of trials: every 2 s at most)
         self.ended: list[tuple[float, str, Any, str]] = []  # (when, trial id, filesystem, path)
+        self.last_epochs: dict[str, int] = {}  # what this run wrote: the history is read back only at a restart
 
     def __getstate__(self) -> dict[str, Any]:  # pickled with the sweep, before any trial
-        return {**self.__dict__, "state_seen": {}, "next_prune": 0.0, "ended": []}
+        return {**self.__dict__, "state_seen": {}, "next_prune": 0.0, "ended": [], "last_epochs": {}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:  # a sweep pickled before last_epochs kept none
+        super().__setstate__({**state, "last_epochs": {}})
 
     def setup(self, **info):  # Tune has made its experiment: another sweep on this Ray may begin its own
         tune_start.begun()
@@ -79,7 +83,7 @@ class SweepRecords(HoldsFolder, Callback):
         self.ended = waiting
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        append_history(current(self.folder), trial.trial_id, result)
+        append_history(current(self.folder), trial.trial_id, result, self.last_epochs)
 
     def on_trial_start(self, iteration, trials, trial, **info):
         append_timeline(current(self.folder), trial.trial_id, "start")

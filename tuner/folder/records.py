@@ -92,12 +92,16 @@ def history_file(folder: SweepFolder, trial_id: str) -> Path:
     return folder.history / f"{trial_id}.jsonl"
 
 
-def append_history(folder: SweepFolder, trial_id: str, result: dict[str, Any]) -> bool:
+def append_history(
+    folder: SweepFolder, trial_id: str, result: dict[str, Any], last_epochs: dict[str, int] | None = None
+) -> bool:
     """Append one epoch to ``history/<trial>.jsonl``; False if it replaced re-run epochs.
 
     Tune's own result.json is staged in Ray's session folder and copied back stale when
     a trial restarts (PBT, retries, resume), losing epochs; this log is written by the
-    driver as each result arrives.
+    driver as each result arrives. ``last_epochs`` (trial id -> the last epoch written),
+    kept by the one writer of the histories, spares reading the file back for an epoch
+    that follows it.
     """
     path = history_file(folder, trial_id)
     step = int(result["training_iteration"])
@@ -105,16 +109,20 @@ def append_history(folder: SweepFolder, trial_id: str, result: dict[str, Any]) -
     if result.get(OWN_CHECKPOINT):  # the trial's own (Tune's key names only those Tune kept)
         row["checkpoint_dir_name"] = result[OWN_CHECKPOINT]
     row["reported_at"] = time.time()  # when the driver had it: the report's wall-time axis
-    rows = read_json_lines(path)
-    if any(old["training_iteration"] >= step for old in rows):
+    known = last_epochs.get(trial_id) if last_epochs is not None else None
+    rows = read_json_lines(path) if known is None or step <= known else []
+    appended = not any(old["training_iteration"] >= step for old in rows)
+    if appended:
+        append_line(path, row)
+    else:
         # A restored trial re-ran epochs whose checkpoints were lost (a crash before
         # Tune saved its state): the re-run is the lineage that continues, and the one
         # whose checkpoints exist, so it replaces them.
         kept = [old for old in rows if old["training_iteration"] < step]
         write_atomic(path, "".join(json.dumps(old) + "\n" for old in [*kept, row]))
-        return False
-    append_line(path, row)
-    return True
+    if last_epochs is not None:
+        last_epochs[trial_id] = step
+    return appended
 
 
 def recorded_checkpoints(root: str | Path, trial_id: str) -> set[str]:
