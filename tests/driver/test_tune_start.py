@@ -51,3 +51,12 @@ def test_a_sweep_that_fails_before_tune_begins_lets_the_next_one_in(tmp_path: Pa
     with tune_start.a_second_of_its_own(tmp_path):  # would block forever on a lock still held
         assert tune_start._held is not None
     assert tune_start._held is None
+
+
+def test_a_stamp_ahead_of_the_clock_does_not_hold_a_sweep(tmp_path: Path):
+    (tmp_path / tune_start.LOCK_NAME).write_text(str(int(time.time()) + 3600))  # the clock set back an hour since
+    entered = time.monotonic()
+    with tune_start.a_second_of_its_own(tmp_path):
+        tune_start.begun()
+    assert time.monotonic() - entered < 0.5
+    assert int((tmp_path / tune_start.LOCK_NAME).read_text()) <= time.time()  # the clock's second, as it is now

@@ -37,17 +37,22 @@ def ray_session_dir() -> Path | None:
 def a_second_of_its_own(session_dir: Path | None) -> Iterator[None]:
     """Hold the node's start lock around ``Tuner.fit`` until :func:`begun` (or the block's end)."""
     global _held
-    if session_dir is None:
+    try:
+        # (held past this function, closed by begun())
+        handle = open(session_dir / LOCK_NAME, "a+") if session_dir is not None else None  # noqa: SIM115
+    except OSError:  # a session folder this user cannot write to: Ray's own staging would say so
+        handle = None
+    if handle is None:
         yield
         return
-    handle = open(session_dir / LOCK_NAME, "a+")  # noqa: SIM115 (held past this function, closed by begun())
     try:
         fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
         last = handle.read().strip()
-        until = int(last) + 1 if last.isdigit() else 0
-        while (now := time.time()) < until:
-            time.sleep(until - now)
+        # Only a sweep begun in this very second is waited for: a stamp ahead of the clock
+        # (the clock set back since) names a second this sweep's experiment cannot have.
+        if last.isdigit() and int(last) <= (now := time.time()) < int(last) + 1:
+            time.sleep(int(last) + 1 - now)
     except BaseException:
         handle.close()
         raise
