@@ -257,6 +257,20 @@ def test_best_is_the_best_epoch_of_any_trial_by_the_metrics_mode():
     assert (lowest.trial_id, lowest.epoch) == ("b", 2)
 
 
+def test_trials_that_return_their_value_are_judged_by_it_as_their_study_judges_them():
+    # An Optuna objective's trials: t1 reported 0.744 on the way and returned 0.736; t2 was
+    # pruned after reporting 0.75; t3 still runs. The study's best is t1's 0.736.
+    histories = {
+        "t1": [{"training_iteration": 1, "acc": 0.744}, {"training_iteration": 2, "acc": 0.736, "returned": 1}],
+        "t2": [{"training_iteration": 1, "acc": 0.75}],
+        "t3": [{"training_iteration": 1, "acc": 0.9}],
+    }
+    best = best_epoch(histories, "acc", "max")
+    assert (best.trial_id, best.epoch, best.value) == ("t1", 2, 0.736)
+    del histories["t1"]  # until a trial has returned its value: every epoch, as in any sweep
+    assert best_epoch(histories, "acc", "max").trial_id == "t3"
+
+
 def test_ties_go_to_the_first_trial_then_the_first_epoch_whatever_the_order_given():
     histories = {"z": _rows(0.9, 0.9), "m": _rows(0.2, 0.9), "q": _rows(0.9)}
     for ordered in (histories, dict(reversed(list(histories.items())))):

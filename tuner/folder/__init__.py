@@ -9,6 +9,9 @@ from pathlib import Path
 # it was given none): folder.records keeps it in the history as checkpoint_dir_name. Here,
 # not there, so that a trial's process does not import the records to name it.
 OWN_CHECKPOINT = "own_checkpoint"
+# The mark of an objective's returned value in its trial's last report (tuner/trial/optuna_api.py):
+# the trial's value, as its Optuna study takes it (folder.records.best_epoch).
+RETURNED = "returned"
 
 
 def cache_root() -> Path:

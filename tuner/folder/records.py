@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
-from tuner.folder import OWN_CHECKPOINT, pareto
+from tuner.folder import OWN_CHECKPOINT, RETURNED, pareto
 from tuner.folder import constraints as constraining
 from tuner.folder.store import (
     SweepFolder,
@@ -224,6 +224,15 @@ class BestEpoch:
     rule: str = ""  # several objectives: how it was taken from the Pareto front (tuner/folder/pareto.py)
 
 
+def _judged(histories: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """The rows a sweep is judged by. A sweep whose trials return their value (an Optuna
+    objective's), as its study judges it: the returned values of the trials that completed
+    (what a trial reported on the way was for its pruner). Until one has, and in any other
+    sweep: every epoch of every trial, each with its checkpoint."""
+    returned = {trial_id: [row for row in rows if row.get(RETURNED)] for trial_id, rows in histories.items()}
+    return {trial_id: rows for trial_id, rows in returned.items() if rows} if any(returned.values()) else histories
+
+
 def best_epoch(
     histories: dict[str, list[dict[str, Any]]],
     metric: str,
@@ -240,7 +249,7 @@ def best_epoch(
     (metric is the first): the point ``rule`` takes from the front of every trial's best
     epoch by the first (``pareto_points``).
     """
-    histories = constraining.feasible_only(histories, constraints)
+    histories = _judged(constraining.feasible_only(histories, constraints))
     if objectives:
         points = pareto_points(histories, metric, mode, objectives)
         if not points:

@@ -21,6 +21,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from tuner.folder import RETURNED  # noqa: F401 (its home: the history's record format)
+
 STUDY_FILE = "study.journal"  # in the sweep folder
 TRIAL_ID_ATTR = "tuner.trial_id"  # an Optuna trial's system attribute: the Tune trial it belongs to
 
@@ -28,7 +30,6 @@ TRIAL_ID_ATTR = "tuner.trial_id"  # an Optuna trial's system attribute: the Tune
 # trial.suggest_* calls were given since its last report, which the driver puts in the Tune
 # trial's config (tuner.driver.callbacks.StudyTrials), and the mark of its returned value.
 SUGGESTED = "suggested"
-RETURNED = "returned"
 
 _kept: dict[str, Any] = {}  # the keepers this driver started, by name
 
