@@ -263,3 +263,22 @@ def test_a_trial_that_misses_the_constraints_is_never_the_best_so_far():
     assert progress.result(small, {"training_iteration": 2, "val_accuracy": 0.93}).startswith("best so far: b_00001")
     assert progress.result(big, {"training_iteration": 2, "val_accuracy": 0.99}) is None
     assert progress.best.trial_id == "b_00001" and progress.best.value == 0.93
+
+
+def test_an_objectives_best_so_far_is_the_best_returned_value_once_a_trial_has_returned_one():
+    """As status, best and the export (tuner.folder.records.best_epoch) and an Optuna study
+    judge it: what a trial reports on the way is for the pruner; what it returns counts."""
+    from tuner.folder import RETURNED
+
+    progress = _progress()
+    a, b = _trial("a_00000", 0.002), _trial("b_00001", 0.001)
+    assert progress.result(a, {"training_iteration": 1, "val_accuracy": 0.95}).startswith("best so far: a_00000")
+    said = progress.result(b, {"training_iteration": 2, "val_accuracy": 0.80, RETURNED: True})
+    assert said == "best so far: b_00001 val_accuracy=0.8000 at epoch 2 (lr=0.001)"
+    assert progress.result(a, {"training_iteration": 2, "val_accuracy": 0.99}) is None  # on the way
+    assert progress.result(a, {"training_iteration": 3, "val_accuracy": 0.85, RETURNED: True}).startswith(
+        "best so far: a_00000 val_accuracy=0.8500"
+    )
+    resumed = _progress()
+    resumed.seed(BestEpoch(trial_id="a_00000", epoch=3, value=0.85, row={RETURNED: True}))
+    assert resumed.result(b, {"training_iteration": 1, "val_accuracy": 0.99}) is None

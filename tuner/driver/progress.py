@@ -60,6 +60,9 @@ class Progress:
     # the sweep's constraints (tuner/folder/constraints.py): a trial missing them is never "best"
     constraints: tuple[Any, ...] = ()
     constrained_values: dict[str, dict[str, float]] = field(default_factory=dict)  # trial -> metric -> last
+    # an Optuna objective's sweep, once a trial has returned its value: judged by returned
+    # values only, as status, best and the export judge it (tuner.folder.records.best_epoch)
+    by_returned: bool = False
     _looked_at: int = 0  # how many of Tune's trials observe() has looked at
 
     # --- events, from the Tune callback ---------------------------------------------------
@@ -80,6 +83,7 @@ class Progress:
     def seed(self, best: Any) -> None:
         """A resumed sweep's best so far (tuner.folder.records.best_epoch over its history)."""
         self.best = _Best(best.trial_id, float(best.value), int(best.epoch), {})
+        self.by_returned = bool(best.row.get(RETURNED))
 
     def result(self, trial: Any, result: dict[str, Any]) -> str | None:
         """An epoch; returns the line saying the best changed, if it did."""
@@ -89,6 +93,10 @@ class Progress:
         if not isinstance(value, (int, float)) or value != value:  # absent or NaN: never "best"
             return None
         if self.constraints and not self._feasible(trial.trial_id, result):
+            return None
+        if result.get(RETURNED) and not self.by_returned:  # what was reported on the way was for the pruner
+            self.by_returned, self.best = True, None
+        elif self.by_returned and not result.get(RETURNED):
             return None
         return self._offer(trial.trial_id, float(value), int(result.get("training_iteration", 0)), trial.config)
 
