@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -365,6 +366,40 @@ def test_a_trials_own_checkpoints_appear_whole_and_the_newest_is_resumed(tmp_pat
     kept = {"checkpoint_000001", "checkpoint_notes"}
     assert prune_checkpoints(pyarrow.fs.LocalFileSystem(), str(trial), kept) == 2
     assert sorted(p.name for p in trial.iterdir()) == ["checkpoint_000001", "checkpoint_notes"]
+
+
+def test_a_checkpoint_staged_in_the_trials_folder_is_renamed_into_place_and_a_left_one_pruned(tmp_path):
+    """A trial that keeps its own checkpoints writes each in its folder first
+    (``staged_checkpoint``): the report renames it, no copy; a user's folder there is copied."""
+    import pyarrow.fs
+
+    from tuner.folder.records import prune_checkpoints
+    from tuner.trial.session import STAGED, Session, staged_checkpoint, write_own_checkpoint
+
+    trial = tmp_path / "trial_driver_00000"
+    trial.mkdir()
+
+    class Here(Session):
+        def staging_dir(self):
+            return trial
+
+    with staged_checkpoint(Here()) as staged:
+        (Path(staged) / "checkpoint.pt").write_bytes(b"epoch 1")
+        inode = (Path(staged) / "checkpoint.pt").stat().st_ino
+        assert write_own_checkpoint(trial, staged, 1) == "checkpoint_000000"
+        assert not Path(staged).exists()  # moved: nothing left for the staging folder's cleanup
+    assert (trial / "checkpoint_000000" / "checkpoint.pt").stat().st_ino == inode
+    assert sorted(p.name for p in trial.iterdir()) == ["checkpoint_000000"]
+
+    own = trial / "last"  # a user's function's own folder in the trial's folder: copied, kept
+    own.mkdir()
+    (own / "state.pt").write_bytes(b"epoch 2")
+    write_own_checkpoint(trial, own, 2)
+    assert (own / "state.pt").read_bytes() == (trial / "checkpoint_000001" / "state.pt").read_bytes()
+
+    left = Path(tempfile.mkdtemp(prefix=STAGED, suffix=".part", dir=trial))  # a killed trial's, never cleaned
+    assert prune_checkpoints(pyarrow.fs.LocalFileSystem(), str(trial), {"checkpoint_000000"}) == 2
+    assert not left.exists() and sorted(p.name for p in trial.iterdir()) == ["checkpoint_000000", "last"]
 
 
 def test_a_trial_error_tune_kept_as_text_is_read_for_a_full_disk_too(tmp_path):

@@ -367,8 +367,9 @@ def kept_checkpoints(rows: list[dict[str, Any]], keep: int, metric: str, mode: s
 
 
 def prune_checkpoints(filesystem: Any, trial_path: str, kept: set[str]) -> int:
-    """Delete a trial's checkpoint folders other than ``kept``, and any half-copied one of its
-    own that a killed trial left (tuner.trial.session.write_own_checkpoint); returns how many."""
+    """Delete a trial's checkpoint folders other than ``kept``, and any half-written one of its
+    own that a killed trial left (tuner.trial.session: ``write_own_checkpoint``'s copy, or
+    ``staged_checkpoint``'s folder); returns how many."""
     import pyarrow.fs
 
     found = filesystem.get_file_info(pyarrow.fs.FileSelector(trial_path, allow_not_found=True))

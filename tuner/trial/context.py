@@ -25,13 +25,13 @@ import json
 import math
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import TunerError
 from tuner.search.define_by_run import SUGGESTED
+from tuner.trial.session import staged_checkpoint
 
 if TYPE_CHECKING:  # not imported for a function that never uses torch (3-4 s of a trial's start)
     import torch
@@ -125,7 +125,7 @@ class Context:
         if self.suggested != self._sent:
             values[SUGGESTED] = dict(self.suggested)
             self._sent = dict(self.suggested)
-        with tempfile.TemporaryDirectory(prefix="tuner-report-") as staging:
+        with staged_checkpoint(self._session) as staging:
             keep = checkpoint is not None and self.rank == 0
             if keep:
                 shutil.copytree(checkpoint, staging, dirs_exist_ok=True)

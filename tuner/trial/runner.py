@@ -447,6 +447,9 @@ class _TuneSession(Session):
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
+    def staging_dir(self) -> Path | None:
+        return self.trial_dir() if self._own_start is not None else None
+
     def prepare_model(self, model: nn.Module) -> nn.Module:
         return model.to(self.device)
 

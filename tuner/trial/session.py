@@ -114,6 +114,12 @@ class Session:
         """The trial's folder in the sweep's storage, where this process can write it."""
         return None
 
+    def staging_dir(self) -> Path | None:
+        """Where a checkpoint is written before it is reported (None: a temporary folder):
+        the trial's own folder where the trial keeps its checkpoints there, so that the
+        report renames it into place instead of copying it."""
+        return None
+
     def prepare_model(self, model: nn.Module) -> nn.Module:
         raise NotImplementedError
 
@@ -148,20 +154,37 @@ def report_epoch(
     the epoch and trial it belongs to; None on the ranks other than 0, which save none."""
     import torch
 
-    with tempfile.TemporaryDirectory() as folder:
+    with staged_checkpoint(session) as folder:
         if state is not None:
             torch.save({**state, "epoch": epoch, "trial_id": trial}, Path(folder) / CHECKPOINT_FILE)
         session.report(metrics, folder if state is not None else None)
 
 
+STAGED = ".checkpoint_staged."
+
+
+def staged_checkpoint(session: Session) -> tempfile.TemporaryDirectory:
+    """A folder to write a checkpoint into before reporting it (``Session.staging_dir``),
+    removed after the report unless the report moved it into place. Named as a
+    half-written checkpoint (``.checkpoint_*.part``) so that one a killed trial left is
+    pruned with the others (tuner.folder.records.prune_checkpoints)."""
+    return tempfile.TemporaryDirectory(prefix=STAGED, suffix=".part", dir=session.staging_dir())
+
+
 def write_own_checkpoint(trial_dir: Path, source: str | os.PathLike, iteration: int) -> str:
-    """Copy the folder ``source`` into the trial's folder as the checkpoint of ``iteration``;
-    returns its name. It appears whole or not at all (copied beside it, then renamed); an
-    epoch run again after a restart replaces the one it repeats."""
+    """Put the folder ``source`` into the trial's folder as the checkpoint of ``iteration``;
+    returns its name. It appears whole or not at all (written beside it, then renamed): a
+    folder ``staged_checkpoint`` made in the trial's folder is renamed into place, any other
+    (a user's own) copied beside it first. An epoch run again after a restart replaces the
+    one it repeats."""
     name = f"checkpoint_{iteration - 1:06d}"
-    staging = trial_dir / f".{name}.{os.getpid()}.part"  # not a checkpoint_* name: never found half-written
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(source, staging)
+    staged_here = Path(source).parent == trial_dir and Path(source).name.startswith(STAGED)
+    if staged_here:  # whole already: renamed, not copied (ResNet-18's checkpoint is 45 MB)
+        staging = Path(source)
+    else:
+        staging = trial_dir / f".{name}.{os.getpid()}.part"  # not a checkpoint_* name: never found half-written
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(source, staging)
     final = trial_dir / name
     if final.exists():
         shutil.rmtree(final)
