@@ -18,13 +18,15 @@ import torch
 from integration_helpers import data_root
 
 from tuner.trial.context import Context, checkpoint_start
+from tuner.trial.session import Session
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FIFO = "scheduler={name: fifo}"  # every trial to the end: under ASHA which one stops depends on timing
 
 
-class RecordingSession:
-    """A trial's session that keeps each report: (metrics, a copy of its checkpoint or None)."""
+class RecordingSession(Session):
+    """A trial's session that keeps each report: (metrics, a copy of its checkpoint or None);
+    what it does not record is tuner's own default (``Session``)."""
 
     rank, world, device = 0, 1, torch.device("cpu")
 
