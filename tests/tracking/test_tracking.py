@@ -483,3 +483,57 @@ def test_a_run_whose_creation_lost_its_answer_is_adopted_when_the_write_is_tried
     assert [run.info.run_id for run in runs] == [run_id]
     assert runs[0].data.params == {"lr": "0.002"}
     assert [m.step for m in client.get_metric_history(run_id, "val_accuracy")] == [1]
+
+
+def test_a_trials_values_go_with_its_first_batch_and_stay_due_until_a_write_gives_them(tmp_path):
+    """A short trial's run costs three calls: create_run, one log_batch (its values, its
+    epochs, its status) and set_terminated. A batch that fails (the server away) leaves the
+    values due: the write tried again gives the run every value, once."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from tuner.folder.store import SweepFolder
+    from tuner.tracking.mlflow_outage import unreachable
+    from tuner.tracking.mlflow_runs import SweepRecord
+
+    sweep = SweepConfig.model_validate({"name": "calls", "output_dir": str(tmp_path / "runs")})
+    folder = SweepFolder(tmp_path / "runs" / "calls")
+    (folder.root / "tune").mkdir(parents=True)
+    record = SweepRecord(sweep, folder)
+    real, calls, failing = record.client, [], []
+    away = MlflowException("API request to http://127.0.0.1:5000/api/2.0/mlflow/runs/log-batch: Connection refused")
+    assert unreachable(away)
+
+    class Counted:
+        def __getattr__(self, name):
+            def call(*args, **kwargs):
+                calls.append(name)
+                if name == "log_batch" and failing:
+                    failing.pop()
+                    raise away
+                return getattr(real, name)(*args, **kwargs)
+
+            return call
+
+    record.client = Counted()
+    record.trial_run("t_00000", {"lr": 0.001})  # the store's runs are asked for once, at the first trial
+    calls.clear()
+    values = {"lr": 0.002, "width": 16}
+    record.trial_run("t_00001", values)
+    for epoch in (1, 2, 3):
+        record.log_result("t_00001", values, {"training_iteration": epoch, "val_accuracy": epoch / 4})
+    record.end_trial("t_00001", values, "finished")
+    assert calls == ["create_run", "log_batch", "set_terminated"]
+
+    record.log_result("t_00000", {"lr": 0.001}, {"training_iteration": 1, "val_accuracy": 0.5})
+    failing.append(True)
+    with pytest.raises(MlflowException):
+        record.end_trial("t_00000", {"lr": 0.001}, "finished")
+    record.end_trial("t_00000", {"lr": 0.001}, "finished")  # the kept write, once the server is back
+
+    client = MlflowClient(record.uri)
+    first, second = (client.get_run(record.trials[t]) for t in ("t_00000", "t_00001"))
+    assert first.data.params == {"lr": "0.001"} and first.info.status == "FINISHED"
+    assert second.data.params == {"lr": "0.002", "width": "16"} and second.info.status == "FINISHED"
+    assert second.data.tags["tuner.status"] == "finished"
+    assert [m.step for m in client.get_metric_history(second.info.run_id, "val_accuracy")] == [1, 2, 3]

@@ -76,7 +76,8 @@ class SweepRecord:
         self.model: dict[str, Any] = state.get("model", {})  # what finish() registered (or only logged) last
         self.pending: dict[str, list[Any]] = {}  # epochs not yet written, by trial (see log_result)
         self.unrecorded: dict[str, list[dict[str, Any]]] = {}  # history of trials without a run yet (see backfill)
-        self.params_logged: dict[str, set[str]] = {}  # by trial: the names of the values its run has
+        self.params_seen: dict[str, set[str]] = {}  # by trial: the names of the values its run has or will have
+        self.params_due: dict[str, dict[str, Any]] = {}  # by trial: values written with its run's next batch
         self.flushed_at = self.saved_at = time.monotonic()
         self.unsaved = False  # runs made or epochs written since mlflow.json was last saved
         with mlflow_store.creating_store(self.uri):
@@ -176,7 +177,6 @@ class SweepRecord:
         }
         try:
             run = self.client.create_run(self.experiment_id, run_name=trial_id, tags=tags)
-            _log_params(self.client, run.info.run_id, config)
         except Exception:
             # A server that went away as it answered may have made the run all the same (a
             # tracking server killed mid-request did): the write is tried again once it is
@@ -185,19 +185,22 @@ class SweepRecord:
             self._orphans = None
             self.unanswered.add(trial_id)
             raise
-        self.params_logged[trial_id] = set(config)
         self.trials[trial_id] = run.info.run_id
         self.unsaved = True  # saved with the next flush: a resumed sweep adopts a run it lost (_run_saved_too_late)
+        self._log_new_params(trial_id, run.info.run_id, config)
         return run.info.run_id
 
     def _log_new_params(self, trial_id: str, run_id: str, config: dict[str, Any]) -> None:
-        """Values a trial was given after its run began: an Optuna objective's, suggested as
-        it runs (tuner/search/define_by_run.py); logged once each."""
-        logged = self.params_logged.setdefault(trial_id, set())
-        new = {k: v for k, v in config.items() if k not in logged}
-        if new:  # (a run of an earlier driver's: its values again, the same, once)
-            _log_params(self.client, run_id, new)
-            logged.update(new)
+        """Queue the trial's values its run has not been given, once each: all of them for a
+        new run (or a run of an earlier driver's: the same values again), and those a trial is
+        given after its run began (an Optuna objective's, suggested as it runs:
+        tuner/search/define_by_run.py). They are written with the run's next ``log_batch``
+        (``_write``), its epochs' or its end's: a run costs one call fewer."""
+        seen = self.params_seen.setdefault(trial_id, set())
+        new = {k: v for k, v in config.items() if k not in seen}
+        if new:
+            self.params_due.setdefault(trial_id, {}).update(new)
+            seen.update(new)
 
     def _run_saved_too_late(self, trial_id: str) -> str | None:
         """A run this sweep created for the trial just before the driver was killed, before
@@ -252,16 +255,39 @@ class SweepRecord:
         file, which names every trial, made the writes grow with the square of the trials.)
         A resumed sweep makes up for a file that lags: ``backfill`` and ``_run_saved_too_late``."""
         pending, self.pending = self.pending, {}
-        for trial_id, metrics in pending.items():
-            self._write(trial_id, metrics)
-        if save or (self.unsaved and time.monotonic() - self.saved_at >= FLUSH_S):
-            self.save()
+        for trial_id in [*pending, *(t for t in self.params_due if t not in pending)]:
+            self._write(trial_id, pending.get(trial_id, []))
+        self._save_if_due(save)
         self.flushed_at = time.monotonic()
 
+    def _save_if_due(self, save: bool = False) -> None:
+        if save or (self.unsaved and time.monotonic() - self.saved_at >= FLUSH_S):
+            self.save()
+
     def _write(self, trial_id: str, metrics: list[Any], tags: list[Any] = ()) -> None:
+        """One ``log_batch`` (more past MLflow's limits) with the trial's queued epochs, the
+        values its run is due (``params_due``) and ``tags``. Values a failed write did not
+        give the run stay due; epochs a failed write dropped are written from the history
+        (``backfill``)."""
+        from mlflow.entities import Param
+
         run_id = self.trials[trial_id]
-        for start in range(0, max(len(metrics), 1), 1000):  # MLflow's most per log_batch
-            self.client.log_batch(run_id, metrics=metrics[start : start + 1000], tags=list(tags) if start == 0 else [])
+        due = self.params_due.pop(trial_id, {})
+        params = [Param(str(k), str(_plain(v))) for k, v in due.items()]
+        # MLflow's most per log_batch: 1000 metrics, 100 values, 100 tags, 1000 in all.
+        batches = max(-(-len(metrics) // 800), -(-len(params) // 100), 1)
+        try:
+            for i in range(batches):
+                self.client.log_batch(
+                    run_id,
+                    metrics=metrics[i * 800 : (i + 1) * 800],
+                    params=params[i * 100 : (i + 1) * 100],
+                    tags=list(tags) if i == 0 else [],
+                )
+        except Exception:
+            if due:
+                self.params_due[trial_id] = {**due, **self.params_due.get(trial_id, {})}
+            raise
         if metrics:
             self.last_step[trial_id] = max(metric.step for metric in metrics)
             self.unsaved = True
@@ -295,8 +321,10 @@ class SweepRecord:
         run_id = self.trial_run(trial_id, config)
         self._log_new_params(trial_id, run_id, config)
         tags = [RunTag("tuner.status", status), *(RunTag(k, v) for k, v in self._feasibility_tags(trial_id).items())]
+        # Its epochs, values and status in one batch; the other trials' epochs wait for their
+        # own flush (at most FLUSH_S), not for this trial's end.
         self._write(trial_id, self.pending.pop(trial_id, []), tags)
-        self.flush()
+        self._save_if_due()
         self.client.set_terminated(run_id, status="FAILED" if status == "errored" else "FINISHED")
 
     def _feasibility_tags(self, trial_id: str) -> dict[str, str]:
