@@ -440,6 +440,12 @@ class _TuneSession(Session):
         """The trial's own folder in the sweep (``tune/<trial>/``). Tune's ``get_trial_dir``
         names a staging folder of Ray's session, which a reused trial process never copies
         back (docs/ray-notes.md); a sweep at a URI gets that staging folder all the same."""
+        return self._trial_dir
+
+    @functools.cached_property
+    def _trial_dir(self) -> Path:
+        """Made once per session (a session is one start of one trial): a report asks for it
+        two or three times."""
         from ray import tune
 
         staging = Path(tune.get_context().get_trial_dir())
