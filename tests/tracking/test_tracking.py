@@ -537,3 +537,27 @@ def test_a_trials_values_go_with_its_first_batch_and_stay_due_until_a_write_give
     assert second.data.params == {"lr": "0.002", "width": "16"} and second.info.status == "FINISHED"
     assert second.data.tags["tuner.status"] == "finished"
     assert [m.step for m in client.get_metric_history(second.info.run_id, "val_accuracy")] == [1, 2, 3]
+
+
+def test_a_trial_resumed_from_its_last_epochs_checkpoint_is_finished_in_mlflow_as_in_status(tmp_path):
+    """A trial that finished, whose end Tune's saved state missed (the driver was killed),
+    is restored from its own checkpoint of its last epoch and ends without a report: Tune's
+    last result is then the saved state's, epochs behind. Its run says ``finished``, as
+    ``tuner status`` (the history) does; a trial the scheduler stopped early still says so."""
+    from types import SimpleNamespace
+
+    from tuner.folder.records import append_history
+    from tuner.folder.store import SweepFolder
+    from tuner.tracking.callbacks import _status
+
+    folder = SweepFolder(tmp_path / "runs" / "resumed")
+    folder.history.mkdir(parents=True)
+    for epoch in range(1, 11):
+        append_history(folder, "t_00000", {"trial_id": "t_00000", "training_iteration": epoch, "val_accuracy": 0.5})
+    for epoch in range(1, 4):
+        append_history(folder, "t_00001", {"trial_id": "t_00001", "training_iteration": epoch, "val_accuracy": 0.1})
+    behind = SimpleNamespace(trial_id="t_00000", status="TERMINATED", last_result={"training_iteration": 8})
+    stopped = SimpleNamespace(trial_id="t_00001", status="TERMINATED", last_result={"training_iteration": 3})
+    assert _status(behind, 10, ended=True, folder=folder) == "finished"
+    assert _status(behind, 10, ended=True) == "stopped_early"  # Tune's last result alone: what it said before
+    assert _status(stopped, 10, ended=True, folder=folder) == "stopped_early"

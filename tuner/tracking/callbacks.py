@@ -71,7 +71,7 @@ class MlflowTrials(Callback):
         self.writer.send("result", trial.trial_id, _values(trial.config), reported)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._end(trial, _status(trial, self.sweep.max_epochs, ended=True))
+        self._end(trial, _status(trial, self.sweep.max_epochs, ended=True, folder=self.folder))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._tag_stall(trial)
@@ -91,7 +91,7 @@ class MlflowTrials(Callback):
         self.writer.send("retrying", trial.trial_id, _values(trial.config))
 
     def on_experiment_end(self, trials, **info):  # finished, failed or interrupted
-        ended = [(t.trial_id, _values(t.config), _status(t, self.sweep.max_epochs)) for t in trials]
+        ended = [(t.trial_id, _values(t.config), _status(t, self.sweep.max_epochs, folder=self.folder)) for t in trials]
         try:
             self.writer.send("experiment_end", ended)
         finally:
@@ -111,15 +111,24 @@ def _values(config: dict[str, Any]) -> dict[str, str]:
     return {str(name): str(_plain(value)) for name, value in config.items()}
 
 
-def _status(trial: Any, max_epochs: int, ended: bool = False) -> str | None:
-    """How an ended trial ended, as its run's ``tuner.status`` says; None: it has not.
-    ``ended``: Tune says it completed (its status may not say TERMINATED yet)."""
+def _status(trial: Any, max_epochs: int, ended: bool = False, folder: SweepFolder | None = None) -> str | None:
+    """How an ended trial ended, as its run's ``tuner.status`` says (and ``tuner status``:
+    tuner/results/summaries.py); None: it has not. ``ended``: Tune says it completed (its
+    status may not say TERMINATED yet).
+
+    A trial that keeps its own checkpoints and was resumed from the one of its last epoch
+    ends without a report, and Tune's last result is then the one its saved state had, an
+    epoch or more behind: the history (``folder``) has every epoch."""
     if trial.status == "ERROR":
         return "errored"
     if trial.status != "TERMINATED" and not ended:
         return None
     last = trial.last_result or {}
-    return "finished" if int(last.get("training_iteration", 0)) >= max_epochs or last.get(RETURNED) else "stopped_early"
+    if int(last.get("training_iteration", 0)) >= max_epochs or last.get(RETURNED):
+        return "finished"
+    rows = store.read_json_lines(records.history_file(store.current(folder), trial.trial_id)) if folder else []
+    done = rows and (max(int(row["training_iteration"]) for row in rows) >= max_epochs or rows[-1].get(RETURNED))
+    return "finished" if done else "stopped_early"
 
 
 # --- TensorBoard ------------------------------------------------------------------------------
