@@ -214,7 +214,10 @@ def test_pbt_clones_a_donor_checkpoint_and_the_trial_loads_it(local_ray, tmp_pat
             tmp_path,
             scaling={"runner": "direct"},
             data={"train_subset": 2000},
-            train={"epochs": 4},
+            # Enough epochs that the two trials report side by side: on a loaded machine the
+            # second trial's first report came after the first trial's third, and with 4
+            # epochs the first had ended before the second could exploit it.
+            train={"epochs": 8},
             # One good and one hopeless learning rate: the bad trial must exploit the good one.
             space={"params": {"lr": {"grid": [3e-3, 1e-6]}}},
             scheduler={
