@@ -269,11 +269,9 @@ class SweepRecord:
         values its run is due (``params_due``) and ``tags``. Values a failed write did not
         give the run stay due; epochs a failed write dropped are written from the history
         (``backfill``)."""
-        from mlflow.entities import Param
-
         run_id = self.trials[trial_id]
         due = self.params_due.pop(trial_id, {})
-        params = [Param(str(k), str(_plain(v))) for k, v in due.items()]
+        params = _as_params(due)
         # MLflow's most per log_batch: 1000 metrics, 100 values, 100 tags, 1000 in all.
         batches = max(-(-len(metrics) // 800), -(-len(params) // 100), 1)
         try:
@@ -440,10 +438,15 @@ def _local_folder(uri: str) -> Path | None:
     return None
 
 
-def _log_params(client: Any, run_id: str, params: dict[str, Any]) -> None:
+def _as_params(values: dict[str, Any]) -> list[Any]:
+    """Values as MLflow's params take them: text."""
     from mlflow.entities import Param
 
-    items = [Param(str(k), str(_plain(v))) for k, v in params.items()]
+    return [Param(str(k), str(_plain(v))) for k, v in values.items()]
+
+
+def _log_params(client: Any, run_id: str, params: dict[str, Any]) -> None:
+    items = _as_params(params)
     for begin in range(0, len(items), 100):  # MLflow's batch limit
         client.log_batch(run_id, params=items[begin : begin + 100])
 
