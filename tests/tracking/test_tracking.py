@@ -561,3 +561,55 @@ def test_a_trial_resumed_from_its_last_epochs_checkpoint_is_finished_in_mlflow_a
     assert _status(behind, 10, ended=True, folder=folder) == "finished"
     assert _status(behind, 10, ended=True) == "stopped_early"  # Tune's last result alone: what it said before
     assert _status(stopped, 10, ended=True, folder=folder) == "stopped_early"
+
+
+def test_a_trial_whose_end_a_killed_driver_had_not_written_is_ended_by_the_resumed_sweep(tmp_path):
+    """The driver was killed after Tune had saved a trial as ended and before its end was
+    written: the resumed sweep never runs that trial again, and its run must not stay
+    RUNNING without its values and status. The sweep's end writes them; a trial whose run an
+    earlier driver ended costs no call."""
+    from mlflow.tracking import MlflowClient
+
+    from tuner.folder.records import append_history
+    from tuner.folder.store import SweepFolder
+    from tuner.tracking.writer import MlflowWriter
+
+    sweep = SweepConfig.model_validate({"name": "window", "output_dir": str(tmp_path / "runs")})
+    folder = SweepFolder(tmp_path / "runs" / "window")
+    (folder.root / "tune").mkdir(parents=True)
+    folder.history.mkdir()
+    values = {"t_00000": {"lr": "0.001"}, "t_00001": {"lr": "0.002"}}
+    first = MlflowWriter(sweep, folder)
+    first.open()
+    for trial_id, config in values.items():
+        first.trial_start(trial_id, config)
+        for epoch in (1, 2):
+            row = {"trial_id": trial_id, "training_iteration": epoch, "val_accuracy": epoch / 4}
+            append_history(folder, trial_id, row)
+            first.result(trial_id, config, row)
+    first.end("t_00000", values["t_00000"], "finished")
+    first.record.flush(save=True)
+    del first  # killed: t_00001's end, which Tune saved, never reached the writer
+
+    again = MlflowWriter(sweep, folder)
+    again.open()
+    real, calls = again.record.client, []
+
+    class Counted:
+        def __getattr__(self, name):
+            def call(*args, **kwargs):
+                calls.append((name, args[0] if args else None))
+                return getattr(real, name)(*args, **kwargs)
+
+            return call
+
+    again.record.client = Counted()
+    again.experiment_end([(t, config, "finished") for t, config in values.items()])
+
+    client = MlflowClient(again.record.uri)
+    ended, unended = (client.get_run(again.record.trials[t]) for t in values)
+    assert ended.info.run_id not in {run_id for _, run_id in calls}
+    assert unended.info.status == "FINISHED" and unended.data.tags["tuner.status"] == "finished"
+    assert unended.data.params == {"lr": "0.002"}
+    assert [m.step for m in client.get_metric_history(unended.info.run_id, "val_accuracy")] == [1, 2]
+    assert ended.info.status == "FINISHED" and ended.data.params == {"lr": "0.001"}

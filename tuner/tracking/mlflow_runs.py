@@ -74,6 +74,7 @@ class SweepRecord:
         self.trials: dict[str, str] = state.get("trials", {})
         self.last_step: dict[str, int] = state.get("last_step", {})
         self.model: dict[str, Any] = state.get("model", {})  # what finish() registered (or only logged) last
+        self.ended: dict[str, str] = state.get("ended", {})  # by trial: the status its run was ended with
         self.pending: dict[str, list[Any]] = {}  # epochs not yet written, by trial (see log_result)
         self.unrecorded: dict[str, list[dict[str, Any]]] = {}  # history of trials without a run yet (see backfill)
         self.params_seen: dict[str, set[str]] = {}  # by trial: the names of the values its run has or will have
@@ -148,6 +149,7 @@ class SweepRecord:
             "parent_artifacts": self.parent_artifacts,
             "trials": self.trials,
             "last_step": self.last_step,
+            "ended": self.ended,
             "model": self.model,
         }
         records.write_mlflow_state(self.folder, state)
@@ -322,8 +324,10 @@ class SweepRecord:
         # Its epochs, values and status in one batch; the other trials' epochs wait for their
         # own flush (at most FLUSH_S), not for this trial's end.
         self._write(trial_id, self.pending.pop(trial_id, []), tags)
-        self._save_if_due()
         self.client.set_terminated(run_id, status="FAILED" if status == "errored" else "FINISHED")
+        self.ended[trial_id] = status
+        self.unsaved = True
+        self._save_if_due()
 
     def _feasibility_tags(self, trial_id: str) -> dict[str, str]:
         """``tuner.feasible`` (true/false) and ``tuner.violated`` (the constraints it misses,

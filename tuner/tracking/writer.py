@@ -103,11 +103,13 @@ class MlflowWriter:
         self.record.client.set_tag(self.record.trial_run(trial_id, config), "tuner.status", "retrying")
 
     def experiment_end(self, ended: list[tuple[str, dict[str, Any], str | None]]) -> None:
-        """Trials that ended while MLflow was away, in an earlier run of this sweep, have no run
-        yet: made now, with the epochs the history has for them; then everything flushed."""
+        """Every ended trial's run ended with its status, then everything flushed. Those this
+        driver did not end are a resumed sweep's: trials that ended while MLflow was away in an
+        earlier run of it (no run yet: made now, with the epochs the history has), and trials
+        whose end an earlier driver, killed, had not written while Tune had saved it (their
+        runs still RUNNING, without their values and status)."""
         for trial_id, config, status in ended:
-            if status is not None and trial_id not in self.record.trials:
-                self.record.trial_run(trial_id, config)
+            if status is not None and self.record.ended.get(trial_id) != status:
                 self.record.end_trial(trial_id, config, status)
         self.record.flush(save=True)
 
