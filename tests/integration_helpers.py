@@ -66,7 +66,11 @@ def assert_no_leaks(timeout_s: float = 60.0) -> None:
             raise_on_missing_output=False,
         )
         actors = [a for a in actors if a.class_name not in RAY_SINGLETONS]
-        if not groups and not actors:
+        if not groups and all(a.class_name == "PlacementGroupCleaner" for a in actors):
+            # Ray Train's detached watchdog of a Train run's group exits once it has seen its
+            # controller dead through the state API, which it asks without an address: while
+            # another Ray runs on the machine (CI's other test worker) it cannot, and it stays,
+            # holding nothing, until its Ray stops. With every group gone it is no leak of tuner's.
             return
         if time.monotonic() > deadline:
             names = sorted(a.class_name for a in actors)
