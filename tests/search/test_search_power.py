@@ -349,6 +349,30 @@ def test_the_handover_sampler_proposes_as_the_gp_then_as_tpe_from_the_same_trial
     assert [t.params for t in handover.trials[6:]] == [t.params for t in tpe.trials[6:]]
 
 
+def test_the_gp_sampler_has_its_first_proposals_imports_made_on_a_thread_as_it_is_built():
+    """Optuna's GP imports torch and SciPy at its first proposal (2.5 s here), in Tune's loop,
+    which every trial waits for: a sweep that picks it has them imported while its first
+    trials start. In a fresh process, which has imported none of them."""
+    import subprocess
+    import sys
+    import textwrap
+
+    probe = textwrap.dedent(
+        """
+        import sys, time
+        from tuner.search import optuna_searcher
+        assert "torch" not in sys.modules and "scipy.stats" not in sys.modules
+        optuna_searcher.optuna_sampler("gp", 0, 4)
+        deadline = time.monotonic() + 60
+        while not {"torch", "scipy.stats.qmc", "optuna._gp.optim_mixed"} <= set(sys.modules):
+            assert time.monotonic() < deadline, sorted(m for m in sys.modules if m.startswith(("torch", "scipy")))
+            time.sleep(0.1)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_a_handover_to_tpe_needs_the_gp():
     with pytest.raises(Exception, match=r"searcher.tpe_after: 50 hands a Gaussian process's search over to TPE; "
                        r"it needs sampler: gp, not tpe"):  # fmt: skip

@@ -15,9 +15,9 @@ The rules, and what benchmarks/studies/search_quality.py measured of them (bench
 - a conditional space: Optuna's TPE, which samples it define-by-run;
 - only numeric parameters, at most 8 of them, at most 256 trials, and no scheduler named
   in the file: Optuna's Gaussian process with FIFO. Under a time budget (``trials.time_budget_s``)
-  the GP only where the budget gives each trial of the cap at least 10 s (its proposals take
-  about a second each, beside the trials), and with more than 256 trials TPE proposes from
-  trial 256 on; a shorter budget per trial gets TPE. On Branin and Hartmann-6 a GP over
+  the GP only where the budget gives each trial of the cap at least 10 s (its proposals
+  are made in Tune's loop, a tenth of a second or more each), and with more than 256
+  trials TPE proposes from trial 256 on; a shorter budget per trial gets TPE. On Branin and Hartmann-6 a GP over
   full-length trials had 2x and 10x less regret than TPE or random search with ASHA at
   the same epochs (early stopping's partial values mislead a model of the function, and
   curves that cross make its first rungs noisy);
@@ -43,8 +43,10 @@ from tuner.search.spaces import RANGE_KINDS, ParamSpec
 GP_MAX_DIMENSIONS = 8
 GP_MAX_TRIALS = 256  # a GP's fit grows with the cube of the trials it has seen
 # Under a time budget, the GP only where the budget gives each trial of the cap this many
-# seconds: its proposals take about a second each on 2 cores (beside the trials), which a 12 s
-# budget of 480 trials cannot pay (benchmarks/README.md, search quality at equal wall time)
+# seconds: its proposals are made in Tune's loop, 0.1-0.15 s each on idle cores at up to 40
+# trials and more beside busy trials, which a 12 s budget of 480 trials cannot pay: there a
+# GP sweep of 0.45 s trials ran 16-21 trials against TPE's 45-79 and had more regret in 7 of
+# 8 runs (benchmarks/README.md, search quality at equal wall time)
 GP_MIN_TRIAL_S = 10.0
 ASHA_MIN_TRIALS = 8
 ASHA_MIN_EPOCHS = 3
