@@ -24,6 +24,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.module.__name__ not in slow)  # stable
 
 
+_MODULE_S: dict[str, float] = {}  # a module's time: its tests' setup, call and teardown
+_WORKER_SPAN: dict[str, list[float]] = {}  # a worker's first start and last stop
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_S[module] = _MODULE_S.get(module, 0.0) + report.duration
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    span = _WORKER_SPAN.setdefault(worker.id if worker else "main", [report.start, report.stop])
+    span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Where the suite's minutes go, a module at a time, and when each worker ended: the
+    order above (``pytest_collection_modifyitems``) is only as good as the slowest module
+    taken last."""
+    if len(_MODULE_S) < 2:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("slowest modules")
+    for module, took in sorted(_MODULE_S.items(), key=lambda item: -item[1])[:25]:
+        write(f"{took:8.1f}s  {module}")
+    began = min(start for start, _ in _WORKER_SPAN.values())
+    for worker, (start, stop) in sorted(_WORKER_SPAN.items()):
+        write(f"{worker}: busy from {start - began:.0f} s to {stop - began:.0f} s")
+
+
 def require(condition: bool, reason: str) -> None:
     """Skip a test whose real inputs are missing on a user's machine; on CI (``CI`` set, as
     .ci/run's callers do) fail instead, so that a missing data set cannot hide the suite."""
