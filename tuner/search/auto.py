@@ -14,13 +14,14 @@ The rules, and what benchmarks/studies/search_quality.py measured of them (bench
 - grid values in the space: the variant generator, the only searcher that expands them;
 - a conditional space: Optuna's TPE, which samples it define-by-run;
 - only numeric parameters, at most 8 of them, at most 256 trials, and no scheduler named
-  in the file: Optuna's Gaussian process with FIFO. Under a time budget (``trials.time_budget_s``)
-  the GP only where the budget gives each trial of the cap at least 10 s (its proposals
-  are made in Tune's loop, a tenth of a second or more each), and with more than 256
-  trials TPE proposes from trial 256 on; a shorter budget per trial gets TPE. On Branin and Hartmann-6 a GP over
-  full-length trials had 2x and 10x less regret than TPE or random search with ASHA at
-  the same epochs (early stopping's partial values mislead a model of the function, and
-  curves that cross make its first rungs noisy);
+  in the file: Optuna's Gaussian process with FIFO. Under a time budget
+  (``trials.time_budget_s``) the GP only where the budget gives each trial of the cap at
+  least 10 s (its proposals are made in Tune's loop, a tenth of a second or more each),
+  and with more than 256 trials TPE proposes from trial 256 on; a shorter budget per
+  trial gets TPE. On Branin and Hartmann-6 a GP over full-length trials had 2x and 10x
+  less regret than TPE or random search with ASHA at the same epochs (early stopping's
+  partial values mislead a model of the function, and curves that cross make its first
+  rungs noisy);
 - only choices (no numeric parameter), at most 8 of them, at most 256 trials, and no
   scheduler named: Optuna's Gaussian process with FIFO, as for numeric ones. On COMBO's
   pest-control problem (5 to 7 stages of 5 actions, benchmarks/studies/published_problems.py)
