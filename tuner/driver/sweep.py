@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tuner.ahead import import_ahead
 from tuner.cluster import warm as warm_ray
 from tuner.cluster.connect import CLUSTER_TIMEOUT_S, check_shared_storage, joined, start_ray, stop_ray
 from tuner.data.datasets import TrainingData
@@ -226,7 +227,7 @@ def _fit_and_export(run: Run) -> SweepOutcome:
     warm = None if run.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized() else warm_ray.current()
     with warm_ray.lease() if warm else contextlib.nullcontext():  # the warm Ray stays up while this runs
         run.warm = warm.address if warm else None
-        _import_ahead("torch")
+        import_ahead("torch")  # the export's, while ray.init waits for Ray's processes (1.3 s of its 3-4 s)
         if run.sweep.tracking.mlflow.enabled:
             mlflow_writer.start_ahead(run.sweep)  # a writer process's imports while Ray starts
         try:
@@ -238,23 +239,6 @@ def _fit_and_export(run: Run) -> SweepOutcome:
                     stop_ray()
         finally:
             mlflow_writer.drop_ahead()  # one no sweep took (refused before its trials)
-
-
-def _import_ahead(*modules: str) -> None:
-    """Import ``modules`` on a thread while ``ray.init`` waits for Ray's processes (most of
-    its 3-4 s is waiting): torch alone, which the export needs, takes 1.3 s. Only modules
-    that share no circular import with what ``ray.init`` imports itself (opentelemetry,
-    aiohttp, grpc, pydantic, click: a circular import met from two threads at once is an
-    error); a failure here is left to the import that needs the module."""
-    import importlib
-    import threading
-
-    def load() -> None:
-        for name in modules:
-            with contextlib.suppress(Exception):
-                importlib.import_module(name)
-
-    threading.Thread(target=load, name="tuner-import-ahead", daemon=True).start()
 
 
 def _fit_and_export_on_ray(run: Run) -> SweepOutcome:

@@ -4,12 +4,11 @@ earlier sweep's trials for a warm start."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from tuner.ahead import import_ahead
 from tuner.search.base import Evaluated, Searcher
 from tuner.strict import fail
 
@@ -80,7 +79,7 @@ def optuna_sampler(
     builders = {
         "tpe": lambda: samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials),
         "cmaes": lambda: samplers.CmaEsSampler(seed=seed, n_startup_trials=n_startup_trials),
-        "gp": lambda: _warm_gp() or samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials),
+        "gp": lambda: _gp(seed, n_startup_trials),
         "qmc": lambda: samplers.QMCSampler(seed=seed, scramble=True),
         "nsga2": lambda: samplers.NSGAIISampler(seed=seed, population_size=population_size),
         "random": lambda: samplers.RandomSampler(seed=seed),
@@ -88,22 +87,19 @@ def optuna_sampler(
     return builders[name]()
 
 
-def _warm_gp() -> None:
-    """Import what Optuna's GP imports at its first proposal (torch, SciPy's optimiser and
-    quasi-random sampling: 0.9-1.3 s of that proposal in a sweep's driver, which imports
-    torch ahead for the export, 2.5 s in a process without it) on a thread of its own now, while
-    the first trials start and propose at random, not in Tune's loop at the first proposal
-    after them, which every trial waits for."""
+def _gp(seed: int, n_startup_trials: int) -> Any:
+    """Optuna's GP sampler. What it imports at its first proposal (torch, SciPy's optimiser
+    and quasi-random sampling: 0.9-1.3 s of that proposal in a sweep's driver, which imports
+    torch ahead for the export, 2.5 s in a process without it) is imported now, on a thread,
+    while the first trials start and propose at random: not in Tune's loop at the first
+    proposal after them, which every trial waits for."""
+    from optuna.samplers import GPSampler
 
-    def imports() -> None:
-        import importlib
-
-        gp = ("gp", "acqf", "optim_mixed", "search_space", "prior")
-        for module in ("torch", "scipy.optimize", "scipy.stats.qmc", *(f"optuna._gp.{name}" for name in gp)):
-            with contextlib.suppress(ImportError):  # the proposal says what is missing, as before
-                importlib.import_module(module)
-
-    threading.Thread(target=imports, name="tuner-gp-imports", daemon=True).start()
+    gp = ("gp", "acqf", "optim_mixed", "search_space", "prior")
+    import_ahead(
+        "torch", "scipy.optimize", "scipy.stats.qmc", *(f"optuna._gp.{m}" for m in gp), name="tuner-gp-imports"
+    )
+    return GPSampler(seed=seed, n_startup_trials=n_startup_trials)
 
 
 def optuna_search(sweep: Any, sampler: str) -> Any:
