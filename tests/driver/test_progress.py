@@ -15,9 +15,15 @@ from tuner.driver.progress import Progress, Reporter, showing
 from tuner.folder.records import BestEpoch
 
 
+class _Trial(SimpleNamespace):
+    @property
+    def run_metadata(self) -> SimpleNamespace:  # where Tune keeps last_result (tuner.driver.progress.last_reported)
+        return SimpleNamespace(last_result=self.last_result)
+
+
 def _trial(trial_id: str, lr: float, status: str = "RUNNING", epoch: int = 0, value: float | None = None):
     last = {"training_iteration": epoch, **({"val_accuracy": value} if value is not None else {})}
-    return SimpleNamespace(trial_id=trial_id, status=status, config={"lr": lr}, last_result=last)
+    return _Trial(trial_id=trial_id, status=status, config={"lr": lr}, last_result=last)
 
 
 def _progress(**kwargs) -> Progress:

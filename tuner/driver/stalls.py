@@ -30,6 +30,7 @@ from typing import Any
 
 from ray.tune import Callback
 
+from tuner.driver.progress import last_reported
 from tuner.folder.records import append_timeline
 from tuner.folder.store import HoldsFolder, SweepFolder, current
 from tuner.trial.session import ALIVE_FILE, RANKS_DIR
@@ -163,7 +164,7 @@ def _heartbeat(folder: SweepFolder, trial: Any) -> float | None:
 
 
 def _epoch(trial: Any) -> int:
-    return int((trial.last_result or {}).get("training_iteration", 0) or 0)
+    return int(last_reported(trial).get("training_iteration", 0) or 0)
 
 
 def _stacks_of(actor: Any) -> str:
