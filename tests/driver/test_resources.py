@@ -197,3 +197,27 @@ def test_trials_keep_their_own_checkpoints_only_where_no_scheduler_moves_them(sc
         {"name": "r", "scheduler": {"name": scheduler}, "scaling": {"runner": runner}, "space": space}
     )
     assert TrialSetup.of(sweep, trials_dir=trials_dir).own_checkpoints is own
+
+
+@pytest.mark.parametrize(
+    "scheduler, runner, sends_at",
+    [
+        ("fifo", "direct", {4}),  # only the last: FIFO acts on no report
+        ("asha", "direct", {1, 2, 4}),  # ASHA's rungs (grace 1, factor 2) and the last
+        ("median", "direct", None),  # acts on every report
+        ("hyperband", "direct", None),  # moves trials: Tune keeps their checkpoints, every epoch sent
+        ("asha", "torch_trainer", None),
+    ],
+)
+def test_a_trial_holds_back_only_epochs_its_scheduler_does_not_act_at(scheduler, runner, sends_at):
+    space = {"params": {"lr": {"loguniform": [1e-4, 1e-1]}}}
+    sweep = SweepConfig.model_validate(
+        {
+            "name": "r",
+            "train": {"epochs": 4},
+            "scheduler": {"name": scheduler, **({"reduction_factor": 2} if scheduler == "asha" else {})},
+            "scaling": {"runner": runner},
+            "space": space,
+        }
+    )
+    assert TrialSetup.of(sweep, trials_dir="/runs/it/tune").sends_at == sends_at

@@ -68,7 +68,7 @@ class _Trial:
 
     def __init__(self, trial_id: str, path: Path):
         self.trial_id, self.path, self.status = trial_id, str(path), "RUNNING"
-        self.last_result = {"training_iteration": 1}
+        self.run_metadata = types.SimpleNamespace(last_result={"training_iteration": 1})  # Tune's loop's copy
         self.temporary_state = types.SimpleNamespace(ray_actor=None)
 
 

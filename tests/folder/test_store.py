@@ -213,6 +213,43 @@ def test_the_drivers_last_epochs_spare_reading_the_history_back_yet_see_a_re_run
     ]  # fmt: skip
 
 
+def test_a_result_carrying_held_back_epochs_is_recorded_as_each_epoch_alone(tmp_path):
+    """A trial that keeps its own checkpoints sends Tune its short epochs together
+    (tuner/trial/runner.py): the history gets every epoch as if each had come alone, with
+    its own metrics, checkpoint and time, and Tune's keys of the result that brought them."""
+    from tuner.folder import EARLIER_EPOCHS, HELD_S
+    from tuner.folder.records import epochs_in
+
+    result = {
+        "training_iteration": 3,
+        "val_accuracy": 0.7,
+        "own_checkpoint": "checkpoint_000002",
+        "time_total_s": 10.0,
+        "trial_id": "t",
+        "pid": 42,
+        "done": True,
+        EARLIER_EPOCHS: [
+            {"training_iteration": 1, "val_accuracy": 0.5, "own_checkpoint": "checkpoint_000000", HELD_S: 0.2},
+            {"training_iteration": 2, "train_loss": 0.9, "own_checkpoint": "checkpoint_000001", HELD_S: 0.1},
+        ],
+    }
+    epochs = epochs_in(result)
+    assert [epoch["training_iteration"] for epoch in epochs] == [1, 2, 3]
+    assert [epoch["time_total_s"] for epoch in epochs] == pytest.approx([9.8, 9.9, 10.0])
+    assert [epoch["done"] for epoch in epochs] == [False, False, True]
+    assert "val_accuracy" not in epochs[1]  # an epoch's metrics are its own, never the last one's
+    assert all(epoch["pid"] == 42 and EARLIER_EPOCHS not in epoch and HELD_S not in epoch for epoch in epochs)
+    assert epochs_in({"training_iteration": 1}) == [{"training_iteration": 1}]  # a result sent alone
+
+    folder = SweepFolder(tmp_path)
+    for epoch in epochs:
+        append_history(folder, "t", epoch, {})
+    rows = trial_histories(folder)["t"]
+    assert [row["checkpoint_dir_name"] for row in rows] == [f"checkpoint_00000{i}" for i in range(3)]
+    assert [row.get("val_accuracy") for row in rows] == [0.5, None, 0.7]
+    assert all(EARLIER_EPOCHS not in row for row in rows)
+
+
 # --- corrupt records: one line naming the file ------------------------------------------------
 @pytest.mark.parametrize(
     "text, message",

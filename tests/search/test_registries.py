@@ -265,8 +265,11 @@ class FakeController:
         return [t for t in self.trials if t.status != Trial.TERMINATED]
 
 
-def drive(scheduler: TrialScheduler, accuracies: list[float]) -> dict[str, tuple[int, str]]:
-    """Report one result per epoch per running trial; trial i scores ``accuracies[i]``.
+def drive(
+    scheduler: TrialScheduler, accuracies: list[Any], epochs: int = EPOCHS, sent: set[int] | None = None
+) -> dict[str, tuple[int, str]]:
+    """Report one result per epoch per running trial (only the epochs in ``sent``, where
+    given); trial i scores ``accuracies[i]``, or ``accuracies[i][epoch - 1]`` for a curve.
 
     Returns each trial's last epoch and the decision it got there.
     """
@@ -276,11 +279,12 @@ def drive(scheduler: TrialScheduler, accuracies: list[float]) -> dict[str, tuple
         trial.status = Trial.RUNNING
         scheduler.on_trial_add(controller, trial)
     last: dict[str, tuple[int, str]] = {}
-    for epoch in range(1, EPOCHS + 1):
+    for epoch in range(1, epochs + 1):
         for trial, accuracy in zip(trials, accuracies, strict=True):
-            if trial.status != Trial.RUNNING:
+            if trial.status != Trial.RUNNING or (sent is not None and epoch not in sent):
                 continue
-            result = {base.TIME_ATTR: epoch, METRIC: accuracy, "time_total_s": float(epoch)}
+            value = float(accuracy[epoch - 1]) if hasattr(accuracy, "__len__") else accuracy
+            result = {base.TIME_ATTR: epoch, METRIC: value, "time_total_s": float(epoch)}
             decision = scheduler.on_trial_result(controller, trial, result)
             assert decision in (TrialScheduler.CONTINUE, TrialScheduler.PAUSE, TrialScheduler.STOP)
             last[trial.trial_id] = (epoch, decision)
@@ -449,3 +453,43 @@ def test_bohb_takes_the_keyword_tune_recurses_with():
     for trial in trials:
         scheduler.on_trial_add(controller, trial)  # PENDING, as Tune adds them
     assert scheduler.choose_trial_to_run(controller, allow_recurse=False) is trials[0]
+
+
+@pytest.mark.parametrize(
+    "grace, factor, brackets, epochs",
+    [(1, 2, 1, 8), (1, 3, 1, 27), (2, 2.5, 1, 20), (1, 1.5, 3, 12), (3, 3, 2, 30)],
+)
+def test_asha_decides_alike_when_trials_send_it_only_the_epochs_it_acts_at(grace, factor, brackets, epochs):
+    """A trial that keeps its own checkpoints sends Tune only the epochs its scheduler acts at
+    and its last (tuner/trial/runner.py): Ray's ASHA must stop the same trials at the same
+    epochs as when it sees every epoch, on learning curves that cross."""
+    import numpy as np
+
+    sweep = sweep_with("asha", grace_period=grace, reduction_factor=factor, brackets=brackets)
+    sweep = sweep.model_copy(update={"train": sweep.train.model_copy(update={"epochs": epochs})})
+    sends = sweep.scheduler.acts_at(sweep) | {sweep.max_epochs}
+    assert len(sends) < epochs
+    curves = np.random.default_rng(7).uniform(0.2, 0.9, size=(24, 1)) + np.random.default_rng(8).normal(
+        0, 0.05, size=(24, epochs)
+    ).cumsum(axis=1)
+
+    def run(sent: set[int] | None) -> dict[str, tuple[int, str]]:
+        np.random.seed(0)  # ASHA draws each trial's bracket from numpy's global generator
+        scheduler = built_scheduler(sweep)
+        scheduler.set_search_properties(METRIC, MODE)
+        return drive(scheduler, list(curves), epochs, sent)
+
+    every = run(None)
+    assert len({epoch for epoch, _ in every.values()}) > 2  # trials stopped at several rungs
+    assert run(sends) == every
+
+
+def test_only_fifo_and_asha_let_a_trial_hold_its_epochs_back():
+    """The schedulers that act on any report (median, PASHA, DEHB's stopper, Optuna's pruners)
+    or by the clock need every epoch as it comes."""
+    assert sweep_with("fifo").scheduler.acts_at(sweep_with("fifo")) == frozenset()
+    asha = sweep_with("asha", grace_period=1, reduction_factor=2)
+    assert asha.scheduler.acts_at(asha) == {1, 2, 4}  # EPOCHS = 4: the last is max_t's, sent anyway
+    for name in ("median", "pasha", "dehb", "hyperband", "pbt"):
+        sweep = sweep_with(name)
+        assert sweep.scheduler.acts_at(sweep) is None, name

@@ -94,6 +94,16 @@ def test_a_synthetic_sweep_goes_through_the_whole_machinery(tmp_path):
     for rows in histories.values():  # the reported values are the curve's, epoch by epoch
         expected = synthetic.curve(rows[0]["lr"], 0.0, len(rows))
         assert [row["val_accuracy"] for row in rows] == pytest.approx(expected)
+    # Epochs of no time travel to Tune together: Tune was sent each trial's rungs (1, 2, 4)
+    # and its last epoch as they came, and the epochs between with the next one sent.
+    sent = {}
+    for result_file in folder.glob("tune/*/result.json"):
+        lines = [json.loads(line) for line in result_file.read_text().splitlines()]
+        sent[lines[0]["trial_id"]] = [line["training_iteration"] for line in lines]
+    assert set(sent) == set(histories)
+    for trial, rows in histories.items():
+        assert {1, 2, 4, len(rows)} & {*range(1, len(rows) + 1)} <= set(sent[trial]), (trial, sent[trial])
+    assert sum(map(len, sent.values())) < sum(map(len, histories.values()))  # some came together
     best = json.loads((folder / "best" / "metrics.json").read_text())
     assert best["trial_id"] == fastest and best["epoch"] == 8
     events = list(folder.glob("tune/*/events.out.tfevents.*"))

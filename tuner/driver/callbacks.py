@@ -18,9 +18,11 @@ from ray.tune import Callback
 
 from tuner.driver import machine_cores, tune_start
 from tuner.driver.progress import showing
+from tuner.folder import EARLIER_EPOCHS
 from tuner.folder.records import (
-    append_history,
+    append_epochs,
     append_timeline,
+    epochs_in,
     history_file,
     keep_state_copy,
     kept_checkpoints,
@@ -83,7 +85,7 @@ class SweepRecords(HoldsFolder, Callback):
         self.ended = waiting
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        append_history(current(self.folder), trial.trial_id, result, self.last_epochs)
+        append_epochs(current(self.folder), trial.trial_id, epochs_in(result), self.last_epochs)
 
     def on_trial_start(self, iteration, trials, trial, **info):
         append_timeline(current(self.folder), trial.trial_id, "start")
@@ -130,7 +132,9 @@ class SpareCores(HoldsFolder, Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         # Before the trial's first epoch: Tune starts its function only after this callback.
-        self.on_step_end(iteration, trials, now=True)
+        # (Until every trial has begun none is lent, and the ledger's count waits its second.)
+        if len(trials) >= self.total:
+            self.on_step_end(iteration, trials, now=True)
 
     def on_step_end(self, iteration, trials, now: bool = False, **info):
         if not now and time.monotonic() < self.next_look:
@@ -212,7 +216,8 @@ class ProgressCallback(HoldsFolder, Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if reporter := showing():
-            reporter.reported(trials, trial, result)
+            for epoch in epochs_in(result):
+                reporter.reported(trials, trial, epoch)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         if reporter := showing():
@@ -244,10 +249,11 @@ class StudyTrials(Callback):
         self.metric, self.max_epochs = metric, max_epochs
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        suggested = result.pop(SUGGESTED, None)  # Tune lets callbacks change the result in place
-        if suggested:
-            trial.config.update(suggested)
-            trial.evaluated_params.update(suggested)
+        for epoch in [*result.get(EARLIER_EPOCHS, ()), result]:  # the first report has them, held or not
+            suggested = epoch.pop(SUGGESTED, None)  # Tune lets callbacks change the result in place
+            if suggested:
+                trial.config.update(suggested)
+                trial.evaluated_params.update(suggested)
         # a Result's config is its last result's, which the trial's process sent without them
         result["config"] = {**result.get("config", {}), **trial.config}
 

@@ -12,6 +12,11 @@ OWN_CHECKPOINT = "own_checkpoint"
 # The mark of an objective's returned value in its trial's last report (tuner/trial/optuna_api.py):
 # the trial's value, as its Optuna study takes it (folder.records.best_epoch).
 RETURNED = "returned"
+# A result's list of the epochs before it that the trial held back (tuner.trial.runner's
+# _TuneSession.report: epochs shorter than a round trip through Tune's loop is worth), each
+# with how long before the result's epoch it was reported: folder.records.epochs_in unpacks them.
+EARLIER_EPOCHS = "earlier_epochs"
+HELD_S = "held_s"
 
 
 def cache_root() -> Path:

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
-from tuner.folder import OWN_CHECKPOINT, RETURNED, pareto
+from tuner.folder import EARLIER_EPOCHS, HELD_S, OWN_CHECKPOINT, RETURNED, pareto
 from tuner.folder import constraints as constraining
 from tuner.folder.store import (
     SweepFolder,
     append_line,
+    append_lines,
     read_json,
     read_json_lines,
     write_atomic,
@@ -62,6 +63,7 @@ NOT_METRICS = {
     "done",
     "should_checkpoint",
     OWN_CHECKPOINT,
+    EARLIER_EPOCHS,
     "experiment_tag",
     "date",
     "hostname",
@@ -81,6 +83,34 @@ def trial_metrics(result: dict[str, Any]) -> list[str]:
         and not isinstance(value, bool)
     ]
     return [*(key for key in TRIAL_METRICS if key in result), *sorted(own)]
+
+
+# Tune's keys of a result that name its trial and process, not its epoch: an earlier epoch
+# carried by the result (EARLIER_EPOCHS) has them too.
+_TUNE_KEYS = ("trial_id", "config", "experiment_tag", "date", "timestamp", "pid", "hostname", "node_ip")
+
+
+def epochs_in(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The epochs one Tune result brings, in order: the ones its trial held back (sent
+    together, tuner.trial.runner's ``_TuneSession.report``), each as Tune would have
+    reported it alone (its own metrics, the result's Tune keys, its ``time_total_s``),
+    then the result itself. Every record of an epoch (the history, MLflow, TensorBoard,
+    the progress view) is made from these."""
+    earlier = result.get(EARLIER_EPOCHS)
+    if not earlier:
+        return [result]
+    tune = {key: result[key] for key in _TUNE_KEYS if key in result}
+    total = float(result.get("time_total_s") or 0.0)
+    epochs = [
+        {
+            **tune,
+            **{key: value for key, value in epoch.items() if key != HELD_S},
+            "time_total_s": max(0.0, total - float(epoch.get(HELD_S) or 0.0)),
+            "done": False,
+        }
+        for epoch in earlier
+    ]
+    return [*epochs, {key: value for key, value in result.items() if key != EARLIER_EPOCHS}]
 
 
 def _plain(value: Any) -> Any:
@@ -103,26 +133,39 @@ def append_history(
     kept by the one writer of the histories, spares reading the file back for an epoch
     that follows it.
     """
+    return append_epochs(folder, trial_id, [result], last_epochs)
+
+
+def append_epochs(
+    folder: SweepFolder, trial_id: str, results: list[dict[str, Any]], last_epochs: dict[str, int] | None = None
+) -> bool:
+    """``append_history`` for the epochs of one Tune result (``epochs_in``: in order), in one write."""
     path = history_file(folder, trial_id)
-    step = int(result["training_iteration"])
-    row = {key: _plain(result[key]) for key in (*HISTORY_KEYS, *trial_metrics(result)) if key in result}
-    if result.get(OWN_CHECKPOINT):  # the trial's own (Tune's key names only those Tune kept)
-        row["checkpoint_dir_name"] = result[OWN_CHECKPOINT]
-    row["reported_at"] = time.time()  # when the driver had it: the report's wall-time axis
+    new = [_history_row(result) for result in results]
+    first = new[0]["training_iteration"]
     known = last_epochs.get(trial_id) if last_epochs is not None else None
-    rows = read_json_lines(path) if known is None or step <= known else []
-    appended = not any(old["training_iteration"] >= step for old in rows)
+    rows = read_json_lines(path) if known is None or first <= known else []
+    appended = not any(old["training_iteration"] >= first for old in rows)
     if appended:
-        append_line(path, row)
+        append_lines(path, new)
     else:
         # A restored trial re-ran epochs whose checkpoints were lost (a crash before
         # Tune saved its state): the re-run is the lineage that continues, and the one
         # whose checkpoints exist, so it replaces them.
-        kept = [old for old in rows if old["training_iteration"] < step]
-        write_atomic(path, "".join(json.dumps(old) + "\n" for old in [*kept, row]))
+        kept = [old for old in rows if old["training_iteration"] < first]
+        write_atomic(path, "".join(json.dumps(row) + "\n" for row in [*kept, *new]))
     if last_epochs is not None:
-        last_epochs[trial_id] = step
+        last_epochs[trial_id] = new[-1]["training_iteration"]
     return appended
+
+
+def _history_row(result: dict[str, Any]) -> dict[str, Any]:
+    row = {key: _plain(result[key]) for key in (*HISTORY_KEYS, *trial_metrics(result)) if key in result}
+    row["training_iteration"] = int(result["training_iteration"])
+    if result.get(OWN_CHECKPOINT):  # the trial's own (Tune's key names only those Tune kept)
+        row["checkpoint_dir_name"] = result[OWN_CHECKPOINT]
+    row["reported_at"] = time.time()  # when the driver had it: the report's wall-time axis
+    return row
 
 
 def recorded_checkpoints(root: str | Path, trial_id: str) -> set[str]:

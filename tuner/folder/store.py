@@ -280,8 +280,13 @@ def write_atomic(path: Path, text: str | bytes) -> None:
 
 def append_line(path: Path, row: dict[str, Any]) -> None:
     """Append one JSON line; on a failed write the file is cut back to its last whole line."""
+    append_lines(path, [row])
+
+
+def append_lines(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Append JSON lines in one write; on a failed write the file is cut back to its last whole line."""
     path = Path(path)
-    line = (json.dumps(row) + "\n").encode()
+    line = "".join(json.dumps(row) + "\n" for row in rows).encode()
     with writing_to(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -31,6 +32,16 @@ class AshaScheduler(Scheduler):
             reduction_factor=self.reduction_factor,
             brackets=self.brackets,
         )
+
+    def acts_at(self, sweep: Any) -> frozenset[int]:
+        """Ray's rungs (``_Bracket``: grace x factor^k up to max_t, every bracket's among them):
+        a trial is compared at the first report at or past each, so that is the epoch sent.
+        Both integers around a rung, in case its floating-point value lands a hair above one."""
+        marks, k = set(), 0
+        while (rung := self.grace_period * self.reduction_factor**k) <= sweep.max_epochs:
+            marks |= {math.floor(rung), math.ceil(rung)}
+            k += 1
+        return frozenset(marks)
 
     def rungs(self, sweep: Any) -> list[int]:
         marks, epoch = [], self.grace_period

@@ -61,6 +61,13 @@ class Scheduler(Strict):
         """The epochs at which it compares trials (the report's dotted lines)."""
         return []
 
+    def acts_at(self, sweep: SweepConfig) -> frozenset[int] | None:
+        """The epochs whose reports it must see as the trial makes them; None: every one (it
+        acts on any report, or by the clock). A trial that keeps its own checkpoints sends
+        Tune only these, its last and one every ``REPORT_EVERY_S``; the epochs between travel
+        with the next one sent (tuner/trial/runner.py, ``_TuneSession.report``)."""
+        return None
+
     def study_pruner(self, sweep: SweepConfig) -> Any:
         """The Optuna pruner that answers an objective's ``trial.should_prune()``; None: Ray
         Tune's scheduler stops the trial itself at a ``trial.report`` (``should_prune`` is False)."""

@@ -89,8 +89,10 @@ class MlflowWriter:
     def trial_start(self, trial_id: str, config: dict[str, Any]) -> None:
         self.record.trial_run(trial_id, config)
 
-    def result(self, trial_id: str, config: dict[str, Any], result: dict[str, Any]) -> None:
-        self.record.log_result(trial_id, config, result)
+    def result(self, trial_id: str, config: dict[str, Any], *results: dict[str, Any]) -> None:
+        """One Tune result's epochs (several where the trial held some back): one event."""
+        for result in results:  # (tried again whole after an outage: an epoch queued already is skipped)
+            self.record.log_result(trial_id, config, result)
 
     def end(self, trial_id: str, config: dict[str, Any], status: str) -> None:
         self.record.end_trial(trial_id, config, status)

@@ -20,6 +20,7 @@ Nothing here reads YAML: the driver receives the sampled hyperparameters and a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shutil
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner.folder import OWN_CHECKPOINT
+from tuner.folder import EARLIER_EPOCHS, HELD_S, OWN_CHECKPOINT
 from tuner.trial.own import OwnLoop, run_own
 from tuner.trial.session import (
     RANKS_DIR,
@@ -53,6 +54,11 @@ if TYPE_CHECKING:
 # module: a trial of a user's function that never uses torch starts without its 3-4 s import.
 
 _FIT_DONE = "__tuner_fit_done__"
+# A trial that keeps its own checkpoints sends Tune at least one report this often (and every
+# epoch the scheduler acts at, its first and its last); the epochs between travel with the next one sent.
+# A report is a round trip through Tune's loop (5-8 ms on 2 cores) that the trial waits for:
+# a third of a 0.05 s epoch, nothing to a 10 s one, which is sent at once as before.
+REPORT_EVERY_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,9 @@ class TrialSetup:
     # a direct trial under a scheduler that never moves one: it writes its checkpoints into its
     # folder and tells Tune only its metrics (see _TuneSession.report); else Tune keeps them
     own_checkpoints: bool = False
+    # the epochs Tune must have as the trial reports them, where it keeps its own checkpoints
+    # (the scheduler's, the last; Scheduler.acts_at); None: every report is sent at once
+    sends_at: frozenset[int] | None = None
     measure_latency: bool = False  # latency_ms is an objective or constrained: time inference after each epoch
     # trials.stall_timeout_s as a number: also how long a DDP rank waits in a collective
     # (torch.distributed's timeout) before it raises; None: Ray Train's own (30 min)
@@ -115,6 +124,8 @@ class TrialSetup:
             )
         stall = sweep.trials.stall_timeout_s
         moves_trials = sweep.scheduler.pauses_trials or sweep.scheduler.clones_checkpoints
+        own_checkpoints = sweep.scaling.direct and not moves_trials and run.get("trials_dir") is not None
+        acts_at = sweep.scheduler.acts_at(sweep) if own_checkpoints else None
         return cls(
             model_name=sweep.model.name,
             model_defaults=sweep.model.model_dump(exclude={"name"}),
@@ -132,7 +143,8 @@ class TrialSetup:
             measure_latency="latency_ms"
             in (sweep.metric, *(o.metric for o in sweep.objectives), *(c.metric for c in sweep.parsed_constraints)),
             collective_timeout_s=stall if isinstance(stall, (int, float)) else None,
-            own_checkpoints=sweep.scaling.direct and not moves_trials and run.get("trials_dir") is not None,
+            own_checkpoints=own_checkpoints,
+            sends_at=None if acts_at is None else acts_at | {sweep.max_epochs},
             **run,
         )
 
@@ -246,7 +258,14 @@ def trial_driver(sampled: dict[str, Any], setup: TrialSetup, data: list[Any]) ->
         else None,
     )
     if setup.direct:
-        run_loop(loop, _TuneSession(setup.use_gpu, setup.trials_dir, setup.own_checkpoints))
+        session = _TuneSession(setup.use_gpu, setup.trials_dir, setup.own_checkpoints, setup.sends_at)
+        try:
+            run_loop(loop, session)
+        except Exception:
+            with contextlib.suppress(Exception):  # its finished epochs recorded: a retry resumes from the last
+                session.send_held()
+            raise
+        session.send_held()
     else:
         loop.resume_from = tune.get_checkpoint()  # a Checkpoint (local or at a URI), or None
         _fit_torch_trainer(loop, setup, trial_id)
@@ -385,11 +404,20 @@ class _TuneSession(Session):
 
     rank, world = 0, 1
 
-    def __init__(self, use_gpu: bool, trials_dir: str | None = None, own_checkpoints: bool = False):
+    def __init__(
+        self,
+        use_gpu: bool,
+        trials_dir: str | None = None,
+        own_checkpoints: bool = False,
+        sends_at: frozenset[int] | None = None,
+    ):
         self.trials_dir = trials_dir
         self.use_gpu = use_gpu
         self.own_checkpoints = own_checkpoints and trials_dir is not None
         self.reports = 0  # by this (re)start
+        self.sends_at = sends_at if self.own_checkpoints else None
+        self.held: list[tuple[dict[str, Any], float]] = []  # (an epoch's report, when) not yet sent
+        self.sent_at = time.monotonic()
         if use_gpu:  # the current CUDA device is set before the user's code or the loop runs
             self.device  # noqa: B018
 
@@ -490,11 +518,40 @@ class _TuneSession(Session):
             metrics = {**metrics, "training_iteration": iteration}
             if checkpoint_dir:
                 metrics[OWN_CHECKPOINT] = write_own_checkpoint(self.trial_dir(), checkpoint_dir, iteration)
-            tune_report(metrics)
+            self.held.append((metrics, time.time()))
+            if self._must_send(iteration):
+                self.send_held()
             return
         # Tune copies the folder into the trial's storage before report returns.
         checkpoint = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
         tune_report(metrics, checkpoint=checkpoint)  # Ray Tune's own (a user's Ray Tune function has ours)
+
+    def _must_send(self, iteration: int) -> bool:
+        """Whether Tune must have this epoch now: the scheduler acts at it, it is the last,
+        it is the first of this (re)start, or the trial has sent nothing for ``REPORT_EVERY_S``
+        (its progress, the stall watchdog). A held epoch is sent only by the next report or
+        the trial's end: a trial that hangs, or is killed, after one loses it (at most
+        ``REPORT_EVERY_S`` of work; its retry resumes from the last epoch sent), but never
+        its first, so that a trial stuck after its first epoch is stalled "after epoch 1"."""
+        if self.sends_at is None or self.reports == 1:
+            return True
+        due = iteration in self.sends_at or iteration >= max(self.sends_at, default=0)
+        return due or time.monotonic() - self.sent_at >= REPORT_EVERY_S
+
+    def send_held(self) -> None:
+        """Report the newest held epoch to Tune, carrying the ones before it (the driver's
+        records unpack them: tuner.folder.records.epochs_in); a user's Ray Tune function's
+        ``tune.report`` sees no difference but the time it no longer waits."""
+        from tuner.trial.tune_api import tune_report
+
+        if not self.held:
+            return
+        (metrics, last_at), earlier = self.held[-1], self.held[:-1]
+        if earlier:
+            metrics = {**metrics, EARLIER_EPOCHS: [{**epoch, HELD_S: last_at - at} for epoch, at in earlier]}
+        self.held = []
+        tune_report(metrics)
+        self.sent_at = time.monotonic()
 
     def dataset_shard(self, name: str, dataset: Any) -> Any:
         return dataset  # one worker reads the whole split
