@@ -24,8 +24,9 @@ search), 10 epochs, no scheduler, two trials at a time on a 2-core machine:
 Each runs as a child process; this script measures its wall time and the peak memory
 (PSS) of its whole process tree. The child itself reports its CPU time and peak RSS
 (the driver), and the per-trial records: a result's cycle is the wall time between
-two reports of a trial (``epoch_s`` is the floor; tuner's as its driver received them,
-Ray Tune's as the trial sent them), a trial's overhead is the slot time not spent
+two reports of a trial (``epoch_s`` is the floor; both as the trial made them: tuner's
+by the history's ``time_total_s``, since a trial that keeps its own checkpoints sends Tune
+its short epochs together), a trial's overhead is the slot time not spent
 inside trials, and the fixed cost is the wall time outside the first trial's start
 .. the last trial's end. Writes ``results.json`` and ``results.md`` under ``--out``.
 """
@@ -120,7 +121,9 @@ def child_tuner(folder: Path, trials: int, epoch_s: float) -> dict:
         {
             "entered": r[0]["entered_at"],
             "ended": r[-1]["reported_at"],
-            "cycles": _cycles([row["reported_at"] for row in r]),
+            # the trial's clock (Tune's time_total_s, also for the epochs a trial held back and
+            # sent with a later one: the driver has those together)
+            "cycles": _cycles([row["time_total_s"] for row in r]),
             "inside_s": r[-1]["reported_at"] - r[0]["entered_at"],
             "best": max(row["val_accuracy"] for row in r),
         }
@@ -309,7 +312,7 @@ def _all_busy(records: list[dict]) -> float:
 
 
 def _cycles(totals: list[float]) -> list[float]:
-    """Seconds between consecutive reports, from their wall-clock times."""
+    """Seconds between consecutive reports, from their times."""
     return [later - earlier for earlier, later in zip(totals, totals[1:], strict=False)]
 
 
