@@ -64,7 +64,7 @@ class Scheduler(Strict):
     def acts_at(self, sweep: SweepConfig) -> frozenset[int] | None:
         """The epochs whose reports it must see as the trial makes them; None: every one (it
         acts on any report, or by the clock). A trial that keeps its own checkpoints sends
-        Tune only these, its last and one every ``REPORT_EVERY_S``; the epochs between travel
+        Tune only these, its first and last, and one every ``REPORT_EVERY_S``; the epochs between travel
         with the next one sent (tuner/trial/runner.py, ``_TuneSession.report``)."""
         return None
 
