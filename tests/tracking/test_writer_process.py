@@ -148,3 +148,70 @@ def test_a_process_for_many_trials_unless_a_short_time_budget_ends_the_sweep_fir
     assert writer.in_process(sweep(num_samples=480)) and writer.in_process(sweep(num_samples=480, time_budget_s=600))
     assert not writer.in_process(sweep(num_samples=99))
     assert not writer.in_process(sweep(num_samples=480, time_budget_s=12))  # its start is not paid back
+
+
+def _best_model(folder: SweepFolder) -> tuple[dict, object]:
+    """A small CNN exported as a sweep's best, and its metrics (as the export leaves them)."""
+    import json
+
+    import numpy as np
+    import yaml
+
+    from tuner.models.builtin import build_model
+    from tuner.results.export import ExportedModel
+
+    data = {"dataset": "mnist", "mean": [0.1307], "std": [0.3081], "channels": 1, "size": 28, "num_classes": 10}
+    best = {"trial_id": "t_00000", "epoch": 2, "val_accuracy": 0.6, "test_accuracy": 0.55, "test_images": 100}
+    folder.best.mkdir()
+    (folder.best / "config.yaml").write_text(yaml.safe_dump({"data": data}))
+    (folder.best / "metrics.json").write_text(json.dumps(best))
+    model = build_model("cnn", in_channels=1, num_classes=10, image_size=28, options={"conv1": 2, "conv2": 4})
+    return best, ExportedModel(model, {"data": data}, best, example=np.zeros((2, 1, 28, 28), dtype=np.uint8))
+
+
+@pytest.mark.parametrize("trials", [1, 100], ids=["thread", "process"])
+def test_the_sweeps_last_writes_are_made_by_its_writer_once_tune_has_ended(sweep_in, monkeypatch, tmp_path, trials):
+    """The sweep's driver keeps its writer open past Tune's end and has it log and register
+    the best model (its store open, MLflow imported there), from the files the driver made."""
+    from tuner.tracking.mlflow_model import served_files
+
+    sweep, folder, said = sweep_in
+    monkeypatch.setattr(writer, "PROCESS_FROM", 100)
+    sweep = sweep.model_copy(update={"trials": sweep.trials.model_copy(update={"num_samples": trials})})
+    best, exported = _best_model(folder)
+    with writer.held_open():
+        kept = writer.start(sweep, folder, tracking_uri(sweep))
+        assert isinstance(kept, writer.WriterProcess if trials == 100 else writer.WriterThread)
+        kept.send("trial_start", "t_00000", {"lr": "0.001"})
+        _report(kept, folder, "t_00000", 1, 0.6)
+        kept.send("end", "t_00000", {"lr": "0.001"}, "finished")
+        kept.send("ready_model_logging")
+        kept.send("experiment_end", [("t_00000", {"lr": "0.001"}, "finished")])
+        assert writer.hold(kept) and writer.take_held() is kept and writer.take_held() is None
+        files = served_files(exported, tmp_path)
+        assert kept.ask("finish", best, folder.best, files) == (True, "1")
+        with pytest.raises(TunerError, match="asked for a write it does not make: 'delete_everything'"):
+            kept.ask("delete_everything")
+        writer.hold(kept)  # left for held_open to close
+    assert kept.closed
+
+    client = MlflowClient(tracking_uri(sweep))
+    (version,) = client.search_model_versions("name='mnist_cnn'")
+    parent = client.get_run(version.run_id)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["best_test_accuracy"] == pytest.approx(0.55)
+    assert version.tags["trial_id"] == "t_00000"
+    assert records.read_mlflow_state(folder)["model"] == {"trial_id": "t_00000", "epoch": 2, "version": "1"}
+    assert said == [] and records.mlflow_behind(folder) is None
+
+
+def test_a_writer_gone_before_the_sweeps_last_writes_leaves_them_to_the_resume(sweep_in):
+    sweep, folder, said = sweep_in
+    best, exported = _best_model(folder)
+    process = writer.start(sweep, folder, tracking_uri(sweep))
+    process.send("experiment_end", [])
+    os.kill(process.process.pid, signal.SIGKILL)
+    process.process.wait()
+    assert process.ask("finish", best, folder.best, None) == (False, None)
+    process.close()
+    assert records.mlflow_behind(folder) == "MLflow's writer process exited (code -9)"
+    assert MlflowClient(tracking_uri(sweep)).search_model_versions("name='mnist_cnn'") == []

@@ -16,8 +16,10 @@ import atexit
 import contextlib
 import dataclasses
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -41,6 +43,7 @@ from tuner.folder.store import SweepFolder, SweepLock, release_unused, write_ato
 from tuner.invocation import tuner_command
 from tuner.search.registry import SCHEDULERS
 from tuner.sweepfile.schema import SweepConfig
+from tuner.tracking import mlflow_model
 from tuner.tracking import writer as mlflow_writer
 
 if TYPE_CHECKING:
@@ -245,7 +248,7 @@ def _fit_and_export_on_ray(run: Run) -> SweepOutcome:
     folder = run.folder
     with store.noting_failed_writes():
         try:
-            with store.writing_records_to(folder):
+            with store.writing_records_to(folder), mlflow_writer.held_open():
                 return _run(run)
         except Exception as error:
             failure = store.failed_write(error, folder.root)
@@ -295,8 +298,6 @@ def _reporter(sweep: SweepConfig, folder: SweepFolder) -> Any:
 def _run(run: Run) -> SweepOutcome:
     sweep, folder, resume, verbose = run.sweep, run.folder, run.resume, run.verbose
     import ray
-
-    from tuner.tracking import mlflow_runs as tracking
 
     check_shared_storage(folder, run.cluster_timeout_s)
     cluster = ray.cluster_resources()
@@ -349,9 +350,8 @@ def _run(run: Run) -> SweepOutcome:
         if store.failed_write(error, folder.root) is not None:
             raise error
     if interrupted.is_set():
-        if sweep.tracking.mlflow.enabled and not records.mlflow_behind(folder):
-            with _unless_mlflow_is_away(folder):
-                tracking.SweepRecord(sweep, folder).fail()
+        if sweep.tracking.mlflow.enabled:
+            _last_write(run, "fail")
         raise SweepInterrupted(folder.where)
     try:
         return _export_and_register(run, results)
@@ -362,7 +362,6 @@ def _run(run: Run) -> SweepOutcome:
 def _export_and_register(run: Run, results: Any) -> SweepOutcome:
     """The best trial's model exported to best/ and logged (and registered) in MLflow."""
     from tuner.results.export_own import exporter
-    from tuner.tracking import mlflow_runs as tracking
 
     sweep, folder = run.sweep, run.folder
     every = list(results)
@@ -373,16 +372,15 @@ def _export_and_register(run: Run, results: Any) -> SweepOutcome:
     try:
         exported = exporter(sweep)(sweep, folder, every, to=folder.best, overwrite=True)
     except NoFeasibleTrial as error:  # the trials are recorded; there is no best to export or register
-        if sweep.tracking.mlflow.enabled and not records.mlflow_behind(folder):
-            with _unless_mlflow_is_away(folder):
-                tracking.SweepRecord(sweep, folder).nothing_feasible(str(error).removeprefix(f"{folder.where}: "))
+        if sweep.tracking.mlflow.enabled:
+            _last_write(run, "nothing_feasible", str(error).removeprefix(f"{folder.where}: "))
         raise
-    if sweep.tracking.mlflow.enabled and not records.mlflow_behind(folder):
-        with _unless_mlflow_is_away(folder):
-            record = tracking.SweepRecord(sweep, folder)
-            version = record.finish(exported.metrics, folder.best, exported)
-            if version is not None:  # None: not registered (tracking.mlflow.registry: false)
-                exported.metrics["model_version"] = version
+    if sweep.tracking.mlflow.enabled:
+        with tempfile.TemporaryDirectory(prefix="tuner-model-") as files:
+            served = mlflow_model.served_files(exported, Path(files))  # traced here, where the model is
+            written, version = _last_write(run, "finish", exported.metrics, folder.best, served)
+        if written and version is not None:  # None: not registered (tracking.mlflow.registry: false)
+            exported.metrics["model_version"] = version
     if sweep.tracking.mlflow.enabled and (behind := records.mlflow_behind(folder)):
         show(
             f"  {behind}: the best model is exported here, not logged there; once it is back, "
@@ -390,6 +388,24 @@ def _export_and_register(run: Run, results: Any) -> SweepOutcome:
         )
         exported.metrics["mlflow_behind"] = True
     return SweepOutcome(folder, results, exported.metrics)
+
+
+def _last_write(run: Run, method: str, *args: Any) -> tuple[bool, Any]:
+    """One of the sweep record's last writes (``finish``, ``fail``, ``nothing_feasible``):
+    made by the sweep's writer where Tune's end left it open (its store open, MLflow
+    imported), else here. (False, None) where MLflow is behind (noted in the folder)."""
+    from tuner.tracking import mlflow_runs as tracking
+
+    held = mlflow_writer.take_held()
+    if held is not None:
+        try:
+            return held.ask(method, *args)
+        finally:
+            held.close()
+    if not records.mlflow_behind(run.folder):
+        with _unless_mlflow_is_away(run.folder):
+            return True, getattr(tracking.SweepRecord(run.sweep, run.folder), method)(*args)
+    return False, None
 
 
 @contextlib.contextmanager

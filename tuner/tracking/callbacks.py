@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 import time
 from typing import Any
 
@@ -31,7 +30,7 @@ from tuner.folder.records import NOT_METRICS
 from tuner.folder.store import SweepFolder
 from tuner.search.define_by_run import RETURNED
 from tuner.sweepfile.schema import SweepConfig
-from tuner.tracking import mlflow_model, writer
+from tuner.tracking import writer
 from tuner.tracking.mlflow_runs import FLUSH_S, _plain, sweep_uri
 from tuner.tracking.writer import WriterProcess, WriterThread
 
@@ -57,13 +56,7 @@ class MlflowTrials(Callback):
     def setup(self, **info: Any) -> None:
         folder = store.current(self.folder)
         self.writer = writer.start(self.sweep, folder, sweep_uri(self.sweep, folder))
-        # The export logs the model from this process: MLflow's scan of the installed
-        # packages is made now, while the first trials start, not then (after the store is
-        # open, on the writer's thread when it has one here).
-        if isinstance(self.writer, WriterThread):
-            self.writer.send("scan_packages")
-        else:
-            threading.Thread(target=mlflow_model.scan_installed_packages, name="tuner-mlflow-scan", daemon=True).start()
+        self.ended_one = False
 
     def on_step_end(self, iteration, trials, **info):
         self.writer.check()  # the writer's lines shown, a failed write raised, between events too
@@ -80,6 +73,9 @@ class MlflowTrials(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._end(trial, _status(trial, self.sweep.max_epochs, ended=True, folder=self.folder))
+        if not self.ended_one:  # the best model's logging (at the sweep's end, by the writer) made ready
+            self.ended_one = True
+            self.writer.send("ready_model_logging")
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._tag_stall(trial)
@@ -103,7 +99,8 @@ class MlflowTrials(Callback):
         try:
             self.writer.send("experiment_end", ended)
         finally:
-            self.writer.close()
+            if not writer.hold(self.writer):  # the sweep's driver makes its last writes through it
+                self.writer.close()
 
     def __getstate__(self) -> dict[str, Any]:  # the rest is made anew, in setup()
         return {"sweep": self.sweep, "folder": self.folder}

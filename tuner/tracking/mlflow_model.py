@@ -9,6 +9,7 @@ import os
 import tempfile
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +20,57 @@ import numpy as np
 SERVED_MODEL_FILE = Path(__file__).with_name("served_model.py")
 
 
+@dataclass(frozen=True)
+class ServedFiles:
+    """The registered model's files, made where torch is (the driver: ``served_files``), for
+    the process that logs them (the sweep's MLflow writer, which has no model to trace).
+    ``artifacts`` is empty for a best trial with nothing MLflow could serve (a user's
+    function without a model factory, or no images to trace it on)."""
+
+    artifacts: dict[str, str]
+    channels: int = 0
+    size: int = 0
+    classes: int = 0
+    example: np.ndarray | None = None  # uint8 ``[N, C, H, W]``: MLflow's input example
+
+    def signature(self) -> Any:
+        """uint8 ``[N, C, H, W]`` in; class, label, probability and one column per class out."""
+        from mlflow.models import ModelSignature
+        from mlflow.types import ColSpec, Schema, TensorSpec
+
+        return ModelSignature(
+            inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, self.channels, self.size, self.size))]),
+            outputs=Schema(
+                [
+                    ColSpec("long", "class"),
+                    ColSpec("string", "label"),
+                    ColSpec("double", "probability"),
+                    *[ColSpec("double", f"p_{k}") for k in range(self.classes)],
+                ]
+            ),
+        )
+
+
+def servable(exported: Any) -> bool:
+    """Whether ``exported`` (an ExportedModel, or its ServedFiles) holds a model MLflow can serve."""
+    if isinstance(exported, ServedFiles):
+        return bool(exported.artifacts)
+    return exported.model is not None and exported.example is not None
+
+
 def log_served_model(uri: str, run_id: str, exported: Any) -> Any:
-    """``exported`` logged on the run as MLflow's pyfunc model (``SERVED_MODEL_FILE``); MLflow's ModelInfo."""
+    """``exported`` (an ExportedModel, or the ServedFiles made of one) logged on the run as
+    MLflow's pyfunc model (``SERVED_MODEL_FILE``); MLflow's ModelInfo."""
     import mlflow
 
     with tempfile.TemporaryDirectory() as folder, fluent_uri(uri), mlflow.start_run(run_id=run_id):
-        artifacts, signature = served_model_files(exported, Path(folder))
+        files = exported if isinstance(exported, ServedFiles) else served_files(exported, Path(folder))
         return mlflow.pyfunc.log_model(
             name="model",
             python_model=str(SERVED_MODEL_FILE),
-            artifacts=artifacts,
-            signature=signature,
-            input_example=np.array(exported.example),
+            artifacts=files.artifacts,
+            signature=files.signature(),
+            input_example=np.array(files.example),
             # Stated, not inferred: inference imports the model in a subprocess (~8 s).
             pip_requirements=_model_requirements(),
         )
@@ -63,11 +103,17 @@ def _model_requirements() -> list[str]:
 
 
 def served_model_files(exported: Any, folder: Path) -> tuple[dict[str, str], Any]:
-    """The registered model's artifacts (TorchScript network, settings.json) and signature:
-    uint8 ``[N, C, H, W]`` in; class, label, probability and one column per class out."""
+    """The registered model's artifacts (TorchScript network, settings.json) and signature."""
+    files = served_files(exported, folder)
+    return files.artifacts, files.signature()
+
+
+def served_files(exported: Any, folder: Path) -> ServedFiles:
+    """The registered model's artifacts written into ``folder``: the TorchScript network and
+    settings.json (no MLflow imported: the driver makes them, its sweep's writer logs them)."""
+    if not servable(exported):
+        return ServedFiles({})
     import torch
-    from mlflow.models import ModelSignature
-    from mlflow.types import ColSpec, Schema, TensorSpec
 
     from tuner.data.datasets import CLASS_NAMES
 
@@ -85,18 +131,8 @@ def served_model_files(exported: Any, folder: Path) -> tuple[dict[str, str], Any
     # dataset: whether training images were adapted (resized) by tuner, which a service may then do too
     recorded = {**{k: data[k] for k in keys}, "dataset": data.get("dataset"), "classes": classes}
     settings.write_text(json.dumps(recorded, indent=2))
-    signature = ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, data["channels"], data["size"], data["size"]))]),
-        outputs=Schema(
-            [
-                ColSpec("long", "class"),
-                ColSpec("string", "label"),
-                ColSpec("double", "probability"),
-                *[ColSpec("double", f"p_{k}") for k in range(len(classes))],
-            ]
-        ),
-    )
-    return {"network": str(network), "settings": str(settings)}, signature
+    artifacts = {"network": str(network), "settings": str(settings)}
+    return ServedFiles(artifacts, data["channels"], data["size"], len(classes), np.array(exported.example))
 
 
 @contextlib.contextmanager

@@ -349,6 +349,8 @@ class SweepRecord:
     def finish(self, best: dict[str, Any], best_dir: Path, exported: Any) -> str | None:
         """Log the best metrics and model on the parent run, register it; returns the version
         (None when ``tracking.mlflow.registry`` is false, as for a --smoke run: logged only).
+        ``exported``: the ExportedModel, or the ServedFiles the driver made of it (where this
+        runs in the sweep's writer process).
 
         The model is tuner/tracking/served_model.py: uint8 images in, classes and probabilities out.
         """
@@ -370,7 +372,7 @@ class SweepRecord:
         name = registered_model_name(self.sweep)
         registering = self.sweep.tracking.mlflow.registry
         chosen = {"trial_id": best["trial_id"], "epoch": best["epoch"]}
-        if exported is not None and (exported.model is None or exported.example is None):
+        if exported is not None and not mlflow_model.servable(exported):
             # A user's function without a model factory (or with no images to trace it on):
             # best/ holds the checkpoint, nothing MLflow could serve.
             self.client.set_terminated(parent, status="FINISHED")

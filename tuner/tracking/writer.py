@@ -44,6 +44,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from tuner.ahead import import_ahead
 from tuner.console import SAYING, say
 from tuner.errors import TunerError
 from tuner.folder import records, store
@@ -53,6 +54,7 @@ from tuner.tracking.mlflow_runs import FLUSH_S
 
 QUEUED = 100_000  # events the writer holds before the driver waits for it
 CLOSE, LOST = "close", "lost"  # the driver's end; the driver gone without one
+ASK = "ask"  # one of the sweep's last writes, which the driver waits for (MlflowWriter.ask)
 
 
 class MlflowWriter:
@@ -121,13 +123,35 @@ class MlflowWriter:
         if self.missed:
             self.probe()
 
-    def scan_packages(self) -> None:
-        """(On the driver's own thread only: the export's model logging needs it there.)"""
+    def ready_model_logging(self) -> None:
+        """What logging the best model at the sweep's end needs, made ahead while trials run
+        (sent at the first trial's end, when Ray's start and the first trials' no longer
+        need the CPU): MLflow's scan of the installed packages, and torch, at the lowest
+        priority (MLflow loads the logged model to check its input example; in the driver,
+        a thread writer's process, torch is imported already)."""
         from tuner.tracking import mlflow_model
 
         mlflow_model.scan_installed_packages()
+        import_ahead("torch", name="tuner-mlflow-torch")
 
-    EVENTS = ("open", "trial_start", "result", "end", "stalled", "retrying", "experiment_end", "scan_packages")
+    EVENTS = ("open", "trial_start", "result", "end", "stalled", "retrying", "experiment_end", "ready_model_logging")
+    ASKED = ("finish", "fail", "nothing_feasible")  # the sweep record's last writes, after Tune's end
+
+    def ask(self, method: str, *args: Any) -> tuple[bool, Any]:
+        """One of the sweep record's last writes, answered: (True, what it returned), or
+        (False, None) where MLflow is away (noted in the folder, for the driver's one line)."""
+        if method not in self.ASKED:
+            raise TunerError(f"the MLflow writer was asked for a write it does not make: {method!r}")
+        self.last_call()
+        if self.missed or self.record is None:
+            return False, None
+        try:
+            return True, getattr(self.record, method)(*args)
+        except Exception as error:
+            if (why := unreachable(error)) is None:
+                raise
+            records.note_mlflow_behind(self.folder, f"MLflow was unreachable at the sweep's end ({why})")
+            return False, None
 
     def handle(self, event: str, args: tuple[Any, ...]) -> None:
         if event not in self.EVENTS:
@@ -235,6 +259,9 @@ def serve(sweep: Any, folder: SweepFolder, inbox: queue.Queue, tell: Callable[..
                     writer.last_call()
                     tell("closed")
                     return
+                if event == ASK:
+                    tell("answer", writer.ask(*args))
+                    continue
                 if event:
                     writer.handle(event, args)
                 writer.tick()
@@ -252,9 +279,11 @@ def main(fd: int) -> None:
         with sending, contextlib.suppress(OSError):
             connection.send((kind, payload))
 
-    with contextlib.suppress(Exception):  # MLflow's client and store imported while the driver starts Ray
-        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-        import mlflow.tracking  # noqa: F401
+    # MLflow's client and store imported while the driver starts Ray, at the lowest priority
+    # (the CPU Ray's start leaves idle), on a thread that ends (this one keeps its priority),
+    # before this process has any other thread.
+    modules = ("mlflow.store.tracking.sqlalchemy_store", "mlflow.tracking")
+    import_ahead(*modules, name="tuner-mlflow-imports", lowly=True).join()
     try:
         sweep, folder, environment = connection.recv()
     except (EOFError, OSError):  # started ahead for a sweep that never began
@@ -293,6 +322,13 @@ class _Writer:
     folder: SweepFolder | None = None
     closed = gone = False
     cpu_s: float | None = None
+    answer: tuple[bool, Any] | None = None
+
+    def ask(self, method: str, *args: Any) -> tuple[bool, Any]:
+        """One of the sweep record's last writes (``MlflowWriter.ASKED``), made by the writer,
+        whose store is open and MLflow imported, once it has written every event before it;
+        waits for its answer. A write that failed is raised."""
+        raise NotImplementedError
 
     def _handle(self, message: tuple[str, Any]) -> None:
         kind, payload = message
@@ -300,6 +336,8 @@ class _Writer:
             say(payload)
         elif kind == "closed":
             self.closed = True
+        elif kind == "answer":
+            self.answer = tuple(payload)  # type: ignore[assignment]
         elif kind == "error":
             if isinstance(payload, store.StorageError):
                 store.note_failed_write(payload)
@@ -330,6 +368,17 @@ class WriterThread(_Writer):
     def check(self) -> None:
         while self.outbox:
             self._handle(self.outbox.popleft())
+
+    def ask(self, method: str, *args: Any) -> tuple[bool, Any]:
+        self.answer = None
+        self.inbox.put((ASK, (method, *args)))
+        while self.answer is None:
+            self.check()
+            if self.answer is None and not self.thread.is_alive():
+                self.check()
+                return self.answer or (False, None)
+            time.sleep(0.005)
+        return self.answer
 
     def close(self) -> None:
         self.inbox.put((CLOSE, ()))
@@ -393,6 +442,17 @@ class WriterProcess(_Writer):
             self.connection.send(message)
         except OSError:
             self._went()
+
+    def ask(self, method: str, *args: Any) -> tuple[bool, Any]:
+        """(False, None) too when the writer is gone (noted in the folder as MLflow behind)."""
+        self.answer = None
+        self._send((ASK, (method, *args)))
+        while self.answer is None and not (self.closed or self.gone):
+            if self._poll(0.2):
+                self._take()
+            elif self.process.poll() is not None and not self._poll(0):
+                self._went()
+        return self.answer or (False, None)
 
     def check(self) -> None:
         """Show the writer's lines; raise the first write it says failed."""
@@ -466,6 +526,36 @@ PROCESS_FROM = 100  # trials: a sweep of this many or more writes from a process
 # while the first trials start) is paid back over minutes of results, not seconds
 PROCESS_MIN_BUDGET_S = 120.0
 _AHEAD: list[WriterProcess] = []  # started before Ray, for the sweep's callback to take
+_HELD: list[list[_Writer]] = []  # by sweep driver running (``held_open``): the writers Tune's end left open
+
+
+@contextlib.contextmanager
+def held_open() -> Any:
+    """While a sweep's driver runs this, its writer stays open past Tune's end (``hold``), so
+    that the sweep's last writes (the best model logged and registered) are made where the
+    store is open and MLflow imported (``take_held``, then ``ask``), not opened again in the
+    driver (2 s of imports for a writer process's sweep, profiled); closed here at the latest."""
+    held: list[_Writer] = []
+    _HELD.append(held)
+    try:
+        yield
+    finally:
+        _HELD.remove(held)
+        while held:
+            held.pop().close()
+
+
+def hold(writer: _Writer) -> bool:
+    """Keep ``writer`` open for the sweep's driver, if one is running ``held_open``."""
+    if not _HELD:
+        return False
+    _HELD[-1].append(writer)
+    return True
+
+
+def take_held() -> _Writer | None:
+    """The sweep's writer Tune's end left open, for the caller to ask and then close."""
+    return _HELD[-1].pop() if _HELD and _HELD[-1] else None
 
 
 def in_process(sweep: Any) -> bool:
