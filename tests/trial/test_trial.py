@@ -126,3 +126,43 @@ def test_the_optimisers_are_the_documented_ones(local_ray):
     accuracy = {name: reports[-1]["val_accuracy"] for name, (reports, _) in results.items()}
     assert accuracy["adam"] > 0.2 and accuracy["adamw"] > 0.2, accuracy  # 15 steps: SGD is still near chance
     assert all(0 < loss < 3 for loss in losses.values()), losses
+
+
+def test_a_trial_process_fetches_the_sweeps_trial_values_once_and_every_trial_gets_them(local_ray):
+    """tune.with_parameters fetches its values at every trial's start (5 ms with reused trial
+    processes); tuner's fetches them once per trial process. Four trials in one actor, as Tune
+    reuses one: each gets the values; the object store is asked once for each."""
+    import ray
+
+    from tuner.trial.runner import with_kept_parameters
+
+    def trainable(config, setup=None, data=None):
+        return config["i"], setup, data
+
+    trial = with_kept_parameters(trainable, setup={"seed": 7}, data=[ray.put(b"images")])
+    assert trial.__name__ == "trainable"
+
+    @ray.remote(num_cpus=0)
+    class TrialProcess:
+        def run(self, i):
+            from tuner.trial import runner
+
+            gets, plain = [0], ray.get
+
+            def counted(ref, *args, **kwargs):
+                gets[0] += 1
+                return plain(ref, *args, **kwargs)
+
+            ray.get = counted
+            try:
+                index, setup, data = trial({"i": i})
+            finally:
+                ray.get = plain
+            return index, setup, plain(data[0]), gets[0], len(runner._KEPT)
+
+    process = TrialProcess.remote()
+    runs = [ray.get(process.run.remote(i)) for i in range(4)]
+    ray.kill(process)
+    assert [r[:3] for r in runs] == [(i, {"seed": 7}, b"images") for i in range(4)]
+    assert [r[3] for r in runs] == [2, 0, 0, 0]  # setup and data, fetched by the first trial only
+    assert {r[4] for r in runs} == {2}

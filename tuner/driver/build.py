@@ -28,7 +28,7 @@ def build_tuner(
     from tuner.driver.stalls import StallWatch
     from tuner.search import registry, spaces
     from tuner.tracking.callbacks import MlflowTrials, TensorBoardEvents
-    from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver
+    from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver, with_kept_parameters
     from tuner.trial.session import TrialHooks
 
     sweep, folder, restore = run.sweep, run.folder, run.resume
@@ -49,7 +49,7 @@ def build_tuner(
         function=run.function,
     )
     trainable = tune.with_resources(
-        tune.with_parameters(trial_driver, setup=setup, data=[data_ref]),
+        with_kept_parameters(trial_driver, setup=setup, data=[data_ref]),
         tune.PlacementGroupFactory(trial_bundles(setup, DRIVER_MEMORY), strategy="PACK"),
     )
     keep = None if sweep.scheduler.clones_checkpoints else sweep.checkpoint.keep  # PBT clones old ones
