@@ -20,7 +20,7 @@ def import_ahead(*modules: str, name: str = "tuner-import-ahead", lowly: bool = 
     aiohttp, grpc, pydantic and click: a circular import met from two threads at once is an
     error). A failure here is left to the import that needs the module, which says it.
 
-    ``lowly``: the thread runs at the lowest CPU priority (``run_lowly``), taking on a busy
+    ``lowly``: the thread runs at a low CPU priority (``run_lowly``), taking on a busy
     machine only the CPU that the work it overlaps leaves idle. Only where no other thread
     of the process must run meanwhile: a thread that holds the GIL while the kernel keeps it
     waiting keeps the others waiting too."""
@@ -39,7 +39,7 @@ def import_ahead(*modules: str, name: str = "tuner-import-ahead", lowly: bool = 
 
 def run_lowly() -> None:
     """The calling thread (only it, not its process) at nice ``LOW_PRIORITY``: it runs mostly
-    when a CPU would otherwise idle. Ray's local start on 2 cores took 5.8-5.9 s alone,
+    when a CPU would otherwise idle. Ray's local start on 2 cores took 5.8-6.9 s alone,
     7.3-7.6 s beside the MLflow writer's imports at the default priority and 5.8-6.6 s beside
     them at nice 10 (benchmarks/README.md). A thread cannot be given its priority back without
     privileges, so only threads that end soon call this."""

@@ -126,9 +126,10 @@ class MlflowWriter:
     def ready_model_logging(self) -> None:
         """What logging the best model at the sweep's end needs, made ahead while trials run
         (sent at the first trial's end, when Ray's start and the first trials' no longer
-        need the CPU): MLflow's scan of the installed packages, and torch, at the lowest
-        priority (MLflow loads the logged model to check its input example; in the driver,
-        a thread writer's process, torch is imported already)."""
+        need the CPU): MLflow's scan of the installed packages, and torch on a thread at
+        the default priority (the socket's reader shares the GIL with it). MLflow loads the
+        logged model to check its input example; in the driver, a thread writer's process,
+        torch is imported already."""
         from tuner.tracking import mlflow_model
 
         mlflow_model.scan_installed_packages()
