@@ -8,6 +8,8 @@ import pickle
 import time
 from pathlib import Path
 
+import pytest
+
 from tuner.tracking.callbacks import TensorBoardEvents
 
 
@@ -67,6 +69,7 @@ def test_an_interrupted_trials_first_event_file_has_its_hparams(tmp_path):
     resumed.on_trial_start(2, [trial], trial)
     _report(resumed, trial, 2)
     resumed.on_trial_complete(2, [trial], trial)
+    resumed.written()  # (the files are written on a thread of their own)
     files = _hparams_per_file(Path(trial.local_path))
     assert len(files) == 2, "a restarted trial writes a second event file"
     assert files[1] == ({"lr", "optimizer"}, {"ray/tune/val_accuracy"}, True)  # Ray's end adds the status
@@ -82,4 +85,20 @@ def test_a_callback_pickled_before_this_change_still_resumes(tmp_path):
     earlier.on_trial_start(1, [trial], trial)
     _report(earlier, trial, 1)
     earlier.on_trial_complete(1, [trial], trial)
+    earlier.written()
     assert _hparams_per_file(Path(trial.local_path))[0][2]
+
+
+def test_a_write_that_failed_off_the_loop_stops_the_sweep_at_its_end(tmp_path):
+    (tmp_path / "taken").write_text("a file where the trial's folder would be")
+    trial = StandInTrial(tmp_path / "taken" / "trial_driver_a1b2c_00000")
+    events = TensorBoardEvents()
+    events.on_trial_start(1, [trial], trial)  # handed to the writes' thread: Tune's loop goes on
+    _report(events, trial, 1)
+    with pytest.raises(OSError, match="taken"):  # not lost: raised in the loop at the sweep's end
+        events.on_experiment_end([trial])
+    ok = StandInTrial(tmp_path / "trial_driver_a1b2c_00001")  # raised once: the next sweep's writes go on
+    events.on_trial_start(1, [ok], ok)
+    _report(events, ok, 1)
+    events.on_experiment_end([ok])
+    assert _hparams_per_file(Path(ok.local_path)) == [({"lr", "optimizer"}, {"ray/tune/val_accuracy"}, False)]

@@ -27,7 +27,7 @@ def build_tuner(
     from tuner.driver.leftovers import LeftoverGroups
     from tuner.driver.stalls import StallWatch
     from tuner.search import registry, spaces
-    from tuner.tracking.callbacks import MlflowTrials, TensorBoardEvents
+    from tuner.tracking.callbacks import MlflowTrials, TensorBoardEvents, TuneCsv, TuneJson
     from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver, with_kept_parameters
     from tuner.trial.session import TrialHooks
 
@@ -58,6 +58,8 @@ def build_tuner(
         *([StudyTrials(study, sweep.metric, sweep.max_epochs)] if study is not None else []),
         SweepRecords(folder, keep, sweep.metric, sweep.mode),
         TensorBoardEvents(),
+        TuneJson(),  # (Tune's own, written off its loop as TensorBoard's are)
+        TuneCsv(),
         *([MlflowTrials(sweep, folder)] if sweep.tracking.mlflow.enabled else []),
         *([ProgressCallback(folder)] if reporter is not None else []),
         StallWatch(folder, sweep.trials.stall_timeout_s),

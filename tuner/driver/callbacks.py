@@ -32,6 +32,7 @@ from tuner.folder.records import (
     state_saved_at,
 )
 from tuner.folder.store import LENT_CORES_FILE, HoldsFolder, SweepFolder, current, read_json_lines, write_atomic
+from tuner.later import TRIAL_FILES
 from tuner.search.define_by_run import SUGGESTED
 
 
@@ -72,17 +73,20 @@ class SweepRecords(HoldsFolder, Callback):
     def on_experiment_end(self, trials, **info):  # Tune has saved its final state by now
         keep_state_copy(current(self.folder), self.state_seen, force=True)
         self._prune(saved_at=float("inf"))
+        TRIAL_FILES.wait()
 
     def _prune(self, saved_at: float) -> None:
-        waiting = []
-        for ended in self.ended:
-            when, trial_id, filesystem, trial_path = ended
-            if when >= saved_at:
-                waiting.append(ended)
-                continue
-            rows = read_json_lines(history_file(current(self.folder), trial_id))
+        """The ended trials whose end Tune's saved state has: pruned on the thread for the
+        trials' files (``tuner.later``: listing and deleting folders, not in Tune's loop)."""
+        due = [ended for ended in self.ended if ended[0] < saved_at]
+        if due:
+            self.ended = [ended for ended in self.ended if ended[0] >= saved_at]
+            TRIAL_FILES.do(self._prune_now, current(self.folder), due)
+
+    def _prune_now(self, folder: SweepFolder, ended: list[tuple[float, str, Any, str]]) -> None:
+        for _, trial_id, filesystem, trial_path in ended:  # (an ended trial's history no longer grows)
+            rows = read_json_lines(history_file(folder, trial_id))
             prune_checkpoints(filesystem, trial_path, kept_checkpoints(rows, self.keep, self.metric, self.mode))
-        self.ended = waiting
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         append_epochs(current(self.folder), trial.trial_id, epochs_in(result), self.last_epochs)
