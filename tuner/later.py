@@ -37,15 +37,17 @@ class Later:
             self.thread.start()
         self.work.put((function, args))
 
-    def wait(self) -> None:
-        """Until everything handed so far is done; raises what failed."""
+    def wait(self, raising: bool = True) -> None:
+        """Until everything handed so far is done; raises what failed (``raising``; else it
+        stays for the next ``do`` or ``wait`` to raise)."""
         if self.thread is not None:
             done = threading.Event()
             self.work.put(done)
             while not done.wait(timeout=1.0):
                 if not self.thread.is_alive():  # (only an interpreter at its exit stops a daemon)
                     break
-        self._raise_failure()
+        if raising:
+            self._raise_failure()
 
     def _raise_failure(self) -> None:
         failure, self.failure = self.failure, None

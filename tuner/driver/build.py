@@ -27,7 +27,7 @@ def build_tuner(
     from tuner.driver.leftovers import LeftoverGroups
     from tuner.driver.stalls import StallWatch
     from tuner.search import registry, spaces
-    from tuner.tracking.callbacks import MlflowTrials, TensorBoardEvents, TuneCsv, TuneJson
+    from tuner.tracking.callbacks import MlflowTrials, TensorBoardEvents, TrialFilesWritten, TuneCsv, TuneJson
     from tuner.trial.runner import TrialSetup, trial_bundles, trial_driver, with_kept_parameters
     from tuner.trial.session import TrialHooks
 
@@ -68,6 +68,7 @@ def build_tuner(
     lend = sweep.scaling.lend_spare_cores and setup.direct and not use_gpu and not streamed
     if lend and not folder.remote and not sweep.own_loop:
         callbacks.append(SpareCores(folder, sweep.total_trials, int(sweep.scaling.cpus_per_worker)))
+    callbacks.append(TrialFilesWritten())  # last: a trial file's failed write raised once the others have ended
     if restore:
         try:
             try:

@@ -73,7 +73,7 @@ class SweepRecords(HoldsFolder, Callback):
     def on_experiment_end(self, trials, **info):  # Tune has saved its final state by now
         keep_state_copy(current(self.folder), self.state_seen, force=True)
         self._prune(saved_at=float("inf"))
-        TRIAL_FILES.wait()
+        TRIAL_FILES.wait(raising=False)  # (a failure: raised by the last callback, TrialFilesWritten)
 
     def _prune(self, saved_at: float) -> None:
         """The ended trials whose end Tune's saved state has: pruned on the thread for the

@@ -143,8 +143,10 @@ class LoggedLater(LoggerCallback):
     """A Tune logger whose writes are made on the driver's thread for the trials' files
     (``tuner.later.TRIAL_FILES``), in the order of Tune's events, not in Tune's loop: each
     trial's start and end opened and closed 3 files there (4-5 ms a trial, on file system
-    calls) between one trial and the next, where both slots wait on the loop. The sweep's
-    end (``on_experiment_end``) waits for every write, and raises one that failed.
+    calls) between one trial and the next, where both slots wait on the loop. A write that
+    failed is raised at a later event; the sweep's end (``on_experiment_end``) waits for
+    every write and leaves one that failed to ``TrialFilesWritten``, the last callback, so
+    that the other callbacks' ends (MLflow's, the placement groups') still run.
 
     Only hooks whose Trial fields do not change after the event are handed over: a trial's
     folder, config and values; the result is a dict Tune no longer changes."""
@@ -153,7 +155,8 @@ class LoggedLater(LoggerCallback):
         TRIAL_FILES.do(super().on_trial_start, iteration, trials, trial)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        TRIAL_FILES.do(super().on_trial_result, iteration, trials, trial, result)
+        # (a copy: Tune lets a callback change the result in place, and keeps it as the last)
+        TRIAL_FILES.do(super().on_trial_result, iteration, trials, trial, dict(result))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         TRIAL_FILES.do(super().on_trial_complete, iteration, trials, trial)
@@ -163,10 +166,18 @@ class LoggedLater(LoggerCallback):
 
     def on_experiment_end(self, trials, **info):
         TRIAL_FILES.do(super().on_experiment_end, trials)
-        self.written()
+        TRIAL_FILES.wait(raising=False)
 
     def written(self) -> None:
         """Until every trial file's write handed over so far is made; raises one that failed."""
+        TRIAL_FILES.wait()
+
+
+class TrialFilesWritten(Callback):
+    """The last of the sweep's callbacks: at the sweep's end, raises a trial file's write
+    that failed (``LoggedLater``), once every other callback has ended."""
+
+    def on_experiment_end(self, trials, **info):
         TRIAL_FILES.wait()
 
 
@@ -308,7 +319,7 @@ class TensorBoardEvents(LoggedLater, TBXLoggerCallback):
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
         """Every event file still open (an interrupted sweep's trials) closed: on disk whole."""
         TRIAL_FILES.do(self._close_all)
-        self.written()
+        TRIAL_FILES.wait(raising=False)
 
     def _close_all(self) -> None:
         for trial in list(self._trial_writer):
