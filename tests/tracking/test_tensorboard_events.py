@@ -103,3 +103,22 @@ def test_a_write_that_failed_off_the_loop_stops_the_sweep_at_its_end(tmp_path):
     _report(events, ok, 1)
     events.on_experiment_end([ok])
     assert _hparams_per_file(Path(ok.local_path)) == [({"lr", "optimizer"}, {"ray/tune/val_accuracy"}, False)]
+
+
+def test_the_trial_files_are_written_before_tune_saves_its_state(tmp_path):
+    # Tune copies the trials' folders to the sweep's when it saves its state, and asks each
+    # callback for its state just before: the writes still on the thread are made first.
+    import threading
+
+    from tuner.later import TRIAL_FILES
+
+    trial = StandInTrial(tmp_path / "trial_driver_a1b2c_00000")
+    events = TensorBoardEvents()
+    busy = threading.Event()
+    TRIAL_FILES.do(busy.wait)  # the thread held up by an earlier write
+    events.on_trial_start(1, [trial], trial)
+    _report(events, trial, 1)
+    events.on_trial_complete(1, [trial], trial)
+    threading.Timer(0.3, busy.set).start()
+    assert TrialFilesWritten().get_state() is None  # (nothing of its own to save)
+    assert _hparams_per_file(Path(trial.local_path)) == [({"lr", "optimizer"}, {"ray/tune/val_accuracy"}, True)]

@@ -175,8 +175,19 @@ class LoggedLater(LoggerCallback):
 
 
 class TrialFilesWritten(Callback):
-    """The last of the sweep's callbacks: at the sweep's end, raises a trial file's write
-    that failed (``LoggedLater``), once every other callback has ended."""
+    """The last of the sweep's callbacks: every trial file's write made before Tune saves its
+    state, and at the sweep's end a write that failed raised (``LoggedLater``), once every
+    other callback has ended.
+
+    Tune's loggers write into the trials' folders in Ray's session folder, which Tune copies
+    to the sweep's folder each time it saves its state (its last save comes before the
+    callbacks' ends): a write still on the thread then was missing from the sweep's copy
+    (a trial's results and HParams, once in CI). Tune asks every callback for its state
+    (``get_state``) just before it saves."""
+
+    def get_state(self) -> None:
+        TRIAL_FILES.wait(raising=False)  # (a failure stays for a later event or the end)
+        return None
 
     def on_experiment_end(self, trials, **info):
         TRIAL_FILES.wait()
