@@ -47,7 +47,10 @@ GP_MAX_TRIALS = 256  # a GP's fit grows with the cube of the trials it has seen
 # seconds: its proposals are made in Tune's loop, 0.1-0.15 s each on idle cores at up to 40
 # trials and more beside busy trials, which a 12 s budget of 480 trials cannot pay: there a
 # GP sweep of 0.45 s trials ran 16-21 trials against TPE's 45-79 and had more regret in 7 of
-# 8 runs (benchmarks/README.md, search quality at equal wall time)
+# 8 runs (benchmarks/README.md, search quality at equal wall time). With greenlet (Optuna
+# optimises the acquisition from its starts at once) a proposal in a sweep's driver takes
+# 0.1-0.2 s at 6-21 trials, and such a sweep ran 24-28 trials: still fewer than TPE's 55-78
+# with ASHA, with less regret on Branin and more on Hartmann-6 (3 seeds, 2026-12-02)
 GP_MIN_TRIAL_S = 10.0
 ASHA_MIN_TRIALS = 8
 ASHA_MIN_EPOCHS = 3
