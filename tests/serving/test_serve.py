@@ -11,6 +11,7 @@ a second service beside the module's (each behind Serve's HAProxy ingress).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -86,6 +88,17 @@ class Service:
             self.process.kill()
             raise AssertionError("tuner serve did not answer /healthz in time")
         self.tree = [psutil.Process(self.process.pid), *self.process_children()]
+
+    def replica_log_lines(self) -> list[str]:
+        """The lines of its replicas' Serve logs, in the session folder of the Ray it started."""
+        folders = set()
+        for process in self.tree:
+            with contextlib.suppress(psutil.Error):  # a replica killed by a test before
+                folders.update(arg.split("=", 1)[1] for arg in process.cmdline() if arg.startswith("--log_dir="))
+        assert len(folders) == 1, folders
+        files = sorted(Path(folders.pop(), "serve").glob("replica_*.log"))
+        assert files, "no replica log"
+        return [line for file in files for line in file.read_text().splitlines()]
 
     def process_children(self) -> list[psutil.Process]:
         return psutil.Process(self.process.pid).children(recursive=True)
@@ -303,7 +316,7 @@ def test_a_model_from_a_users_factory_serves_from_its_export_beside_another_serv
     config["model"] = {"name": "factory", "options": options}
     write_package(tmp_path / "best", model, config, {"trial_id": "trial_own", "epoch": 1}, code=code)
     expected, _ = load_best(tmp_path / "best").predict(test.images[:6])
-    running = Service(str(tmp_path / "best"))
+    running = Service(str(tmp_path / "best"), "--access-log")
     try:
         status, answer = post(
             running.url + "/predict", json.dumps(test.images[:6, 0].tolist()).encode(), "application/json"
@@ -313,6 +326,13 @@ def test_a_model_from_a_users_factory_serves_from_its_export_beside_another_serv
         for _ in range(6):  # the other service still answers, with its own model
             status, answer = post(service.url + "/predict", png(test.images[0, 0]), "image/png")
             assert status == 200 and answer["trial_id"] == "trial_00007", answer
+        # a line a request where --access-log asked for it (Serve writes its log as it goes),
+        # none where it was left off (the module's service, after hundreds of requests)
+        deadline = time.monotonic() + 10
+        while not [line for line in running.replica_log_lines() if "POST /predict 200" in line]:
+            assert time.monotonic() < deadline, running.replica_log_lines()[-5:]
+            time.sleep(0.5)
+        assert not [line for line in service.replica_log_lines() if "POST /predict" in line]
     finally:
         said = running.stop_by_group_signal()
     # SIGTERM to the whole process group (a pod's stop, Slurm's scancel): the service ends

@@ -33,6 +33,11 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("--detach", action="store_true", help="on a cluster: leave the service running and return")
     serve.add_argument("--stop", action="store_true", help="stop the tuner service (this machine's, or --address's)")
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="a line a request in each replica's Serve log (default off; a request that raises is logged)",
+    )
     serve.add_argument("--verbose", action="store_true", help="show Ray's and Serve's logs")
     serve.set_defaults(handler=cmd_serve)
 
@@ -60,5 +65,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cpus=args.cpus,
         tracking_uri=args.tracking_uri or default_tracking_uri(),
         detach=args.detach,
+        access_log=args.access_log,
         verbose=args.verbose,
     )

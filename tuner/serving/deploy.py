@@ -82,6 +82,7 @@ def serve_model(
     cpus: float = 1.0,
     tracking_uri: str | None = None,
     detach: bool = False,
+    access_log: bool = False,
     verbose: bool = False,
 ) -> int:
     from tuner.serving.inputs import MAX_BYTES, MAX_IMAGES
@@ -121,7 +122,7 @@ def serve_model(
                     f"{tuner_command()} serve --stop{f' --address {address}' if address else ''}"
                 )
             deployed = True  # from here on, what is half made is taken down
-            _deploy(served, host, port, scale, max_batch_size, limits, cpus)
+            _deploy(served, host, port, scale, max_batch_size, limits, cpus, access_log)
             if detach:
                 stop = f"{tuner_command()} serve --stop --address {address}"
                 print(f"  left running on the cluster; stop it with: {stop}")
@@ -141,8 +142,14 @@ def serve_model(
             stop_ray()
 
 
-def _deploy(served: Any, host: str, port: int, scale: Scale, max_batch_size: int, limits: dict, cpus: float) -> None:
-    """The application on the joined Ray, ready; prints where."""
+def _deploy(
+    served: Any, host: str, port: int, scale: Scale, max_batch_size: int, limits: dict, cpus: float, access_log: bool
+) -> None:
+    """The application on the joined Ray, ready; prints where. Serve's access log (a line a
+    request, formatted and written by the replica between two requests) is off unless
+    asked for: with the light CNN at 32 clients it took 7% of the replica's busy time
+    (py-spy, benchmarks/README.md). A request whose code raises is logged with its
+    traceback either way."""
     from ray import serve
 
     serve.start(proxy_location="HeadOnly", http_options={"host": host, "port": port})
@@ -151,7 +158,10 @@ def _deploy(served: Any, host: str, port: int, scale: Scale, max_batch_size: int
     # No runtime_env of its own: Serve gives the replicas this driver's, which ships tuner
     # to a cluster's nodes (start_ray); Ray refuses a local path in an actor's runtime_env.
     actor: dict[str, Any] = {"num_cpus": cpus}
-    app = ModelService.options(**scale.options(), ray_actor_options=actor).bind(served, max_batch_size, limits)
+    logs = {"enable_access_log": access_log}
+    app = ModelService.options(**scale.options(), logging_config=logs, ray_actor_options=actor).bind(
+        served, max_batch_size, limits
+    )
     serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     trial = served.info.get("trial_id")
@@ -231,6 +241,12 @@ def _haproxy_ingress() -> None:
     ``--stop``, SIGTERM) would wait. This HAProxy is Serve's own and is told at once: 2 s."""
     if os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1") != "1":
         return
+    # The replica's methods on the event loop of its HTTP server, not on a loop of their own
+    # in another thread (Serve's default): no hand-over between threads a request (1.17-1.35x
+    # the requests/s at 32 clients in 3 alternated pairs, benchmarks/README.md, where the
+    # machine's own drift is as large). The model's call still runs in a
+    # thread of its own (ModelService.classify), so the loop keeps reading requests.
+    os.environ.setdefault("RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0")
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "2")
     from tuner.trial.command_process import free_port
 
