@@ -27,6 +27,7 @@ from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
 from ray.tune.search.sample import Domain
 
 from tuner.search import base, registry, spaces
+from tuner.search.optuna_searcher import OPTUNA_SAMPLERS, optuna_sampler
 from tuner.sweepfile import load
 from tuner.sweepfile.schema import SweepConfig
 
@@ -493,3 +494,31 @@ def test_only_fifo_and_asha_let_a_trial_hold_its_epochs_back():
     for name in ("median", "pasha", "dehb", "hyperband", "pbt"):
         sweep = sweep_with(name)
         assert sweep.scheduler.acts_at(sweep) is None, name
+
+
+@pytest.mark.parametrize("sampler", OPTUNA_SAMPLERS)
+def test_every_optuna_sampler_survives_tunes_pickling_and_copying(sampler):
+    """Tune pickles the searcher, its sampler in it, into the Tuner's state at the start and
+    into each searcher checkpoint, and copies it; Optuna 5.1's NSGA-II holds a thread lock,
+    which made a two-objective sweep fail before its first trial. Each sampler, rebuilt,
+    still proposes, its lock (where it has one) a new one."""
+    import copy
+
+    import optuna
+    from ray import cloudpickle
+
+    built = optuna_sampler(sampler, seed=0, n_startup_trials=2, population_size=4)
+    directions = ["maximize", "minimize"] if sampler == "nsga2" else ["maximize"]
+
+    def objective(trial):
+        x = trial.suggest_float("x", 0.0, 1.0)
+        return (x, 1 - x) if len(directions) == 2 else x
+
+    for rebuilt in (cloudpickle.loads(cloudpickle.dumps(built)), copy.deepcopy(built)):
+        assert type(rebuilt) is type(built)
+        for key, value in vars(built).items():
+            if type(value).__name__ in ("lock", "RLock"):
+                assert type(getattr(rebuilt, key)) is type(value) and getattr(rebuilt, key) is not value
+        study = optuna.create_study(directions=directions, sampler=rebuilt)
+        study.optimize(objective, n_trials=6)
+        assert len(study.trials) == 6 and all(0 <= t.params["x"] <= 1 for t in study.trials)

@@ -4,6 +4,8 @@ earlier sweep's trials for a warm start."""
 
 from __future__ import annotations
 
+import copyreg
+import threading
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -84,7 +86,37 @@ def optuna_sampler(
         "nsga2": lambda: samplers.NSGAIISampler(seed=seed, population_size=population_size),
         "random": lambda: samplers.RandomSampler(seed=seed),
     }
-    return builders[name]()
+    return _picklable(builders[name]())
+
+
+_LOCKS = (type(threading.Lock()), type(threading.RLock()))
+
+
+def _picklable(sampler: Any) -> Any:
+    """The sampler, which Tune pickles with the searcher (the Tuner's state at the start,
+    the searcher's checkpoints, a resume) and copies. Optuna 5.1's genetic samplers (NSGA-II,
+    NSGA-III) hold a thread lock, which neither pickle nor copy takes: their class is taken
+    here (copyreg) without their locks, and given new ones when rebuilt."""
+    if any(isinstance(value, _LOCKS) for value in vars(sampler).values()):
+        copyreg.pickle(type(sampler), _without_locks)
+    return sampler
+
+
+def _without_locks(sampler: Any) -> tuple[Any, tuple[Any, ...]]:
+    state = vars(sampler)
+    locks = {
+        key: isinstance(value, type(threading.RLock())) for key, value in state.items() if isinstance(value, _LOCKS)
+    }
+    kept = {key: value for key, value in state.items() if key not in locks}
+    return _rebuilt, (type(sampler), kept, locks)
+
+
+def _rebuilt(cls: type, state: dict[str, Any], locks: dict[str, bool]) -> Any:
+    sampler = cls.__new__(cls)
+    sampler.__dict__.update(state)
+    for key, reentrant in locks.items():
+        setattr(sampler, key, threading.RLock() if reentrant else threading.Lock())
+    return sampler
 
 
 def _gp(seed: int, n_startup_trials: int) -> Any:
