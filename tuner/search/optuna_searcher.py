@@ -89,7 +89,8 @@ def optuna_sampler(
     return _picklable(builders[name]())
 
 
-_LOCKS = (type(threading.Lock()), type(threading.RLock()))
+_RLOCK = type(threading.RLock())
+_LOCKS = (type(threading.Lock()), _RLOCK)
 
 
 def _picklable(sampler: Any) -> Any:
@@ -104,9 +105,7 @@ def _picklable(sampler: Any) -> Any:
 
 def _without_locks(sampler: Any) -> tuple[Any, tuple[Any, ...]]:
     state = vars(sampler)
-    locks = {
-        key: isinstance(value, type(threading.RLock())) for key, value in state.items() if isinstance(value, _LOCKS)
-    }
+    locks = {key: isinstance(value, _RLOCK) for key, value in state.items() if isinstance(value, _LOCKS)}
     kept = {key: value for key, value in state.items() if key not in locks}
     return _rebuilt, (type(sampler), kept, locks)
 

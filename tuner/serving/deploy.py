@@ -244,8 +244,8 @@ def _haproxy_ingress() -> None:
     # The replica's methods on the event loop of its HTTP server, not on a loop of their own
     # in another thread (Serve's default): no hand-over between threads a request (1.17-1.35x
     # the requests/s at 32 clients in 3 alternated pairs, benchmarks/README.md, where the
-    # machine's own drift is as large). The model's call still runs in a
-    # thread of its own (ModelService.classify), so the loop keeps reading requests.
+    # machine's own drift is as large). The model's call still runs in a thread of its own
+    # (ModelService.classify), so the loop keeps reading requests.
     os.environ.setdefault("RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0")
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "2")
     from tuner.trial.command_process import free_port
